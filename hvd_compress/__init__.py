@@ -1,0 +1,17 @@
+"""hvd_compress: gradient compression for Horovod + PyTorch.
+
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=hvd_compress.TopK(ratio=0.01))
+
+Importing this package installs the hook that lets these compressors' payloads cross the
+network compressed (see ``horovod_hook``); Horovod's own compressors behave as before.
+"""
+from . import horovod_hook
+from .compressor import Compressor
+from .spec import from_spec
+from .topk import TopK
+
+horovod_hook.install()
+
+__all__ = ["Compressor", "TopK", "from_spec"]
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""How compressed payloads travel between ranks."""

@@ -1,0 +1,49 @@
+"""Sparse allgather: every rank's framed payload reaches every rank in one named collective.
+
+Cost per rank for a payload of b bytes on p ranks: sends b, receives (p - 1) b, decodes p
+payloads. Right for sparse payloads (TopK, AdaComp), whose b is a small fraction of the dense size.
+"""
+from typing import Callable
+
+import horovod.torch as hvd
+import torch
+
+from ..compressor import Compressor
+from . import framing
+
+
+class Wait:
+    """A handle Horovod's ``synchronize()`` can call: finishes the collective at most once."""
+
+    def __init__(self, finish: Callable[[], torch.Tensor]) -> None:
+        self._finish = finish
+        self._result: torch.Tensor | None = None
+
+    def __call__(self) -> torch.Tensor:
+        if self._result is None:
+            self._result = self._finish()
+            self._finish = None
+        return self._result
+
+
+def start(compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
+          process_set: hvd.ProcessSet) -> Wait:
+    """Compresses ``grad`` and starts its allgather; the returned handle yields the aggregate
+    (sum, or mean when ``average``) in ``grad``'s shape and dtype."""
+    acc = compressor.memory.compensate(name, grad)
+    tag = framing.tag_of(compressor.spec(), grad.numel())
+    payload = framing.frame(compressor.encode(acc), tag)
+    compressor._count(name, grad.numel(), payload.numel())
+    handle = hvd.allgather_async(payload, name=f"hvd_compress.{name}", process_set=process_set)
+
+    def finish() -> torch.Tensor:
+        gathered = hvd.synchronize(handle)
+        ranks = process_set.size()
+        total = torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
+        for body in framing.unframe(gathered, tag, ranks, repr(name)):
+            compressor.decode_add(body, total)
+        if average:
+            total.div_(ranks)
+        return total.view(grad.shape).to(grad.dtype)
+
+    return Wait(finish)

@@ -1,0 +1,87 @@
+"""The base of every hvd_compress method.
+
+A compressor is two things at once:
+
+* a Horovod compression object (``compress``/``decompress``), which Horovod calls for tensors
+  that take its own dense allreduce path. There it is a no-op, exactly like
+  ``horovod.torch.Compression.none``, so dense tensors travel as Horovod sends them;
+* a codec for everything else: ``encode`` turns gradient + residual into a byte payload and
+  leaves the new residual behind; ``decode_add`` adds one payload's contribution to a sum.
+
+How payloads travel is the communicator's business (``hvd_compress/communication``).
+"""
+import threading
+from typing import Any
+
+import torch
+
+from .memory import NoMemory, ResidualMemory
+
+COMPRESSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class Compressor:
+    #: the name ``from_spec`` knows this method by
+    name = "base"
+
+    def __init__(self, *, error_feedback: bool = True, min_numel: int = 1024) -> None:
+        self.error_feedback = error_feedback
+        self.min_numel = min_numel
+        self.memory = ResidualMemory() if error_feedback else NoMemory()
+        self._lock = threading.Lock()
+        self._steps: dict[str, int] = {}
+        self._dense_bytes = 0
+        self._sent_bytes = 0
+
+    # --- Horovod's compression interface, used on the dense path -------------------------
+    def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, None]:
+        self._count(None, tensor.numel(), tensor.numel() * tensor.element_size())
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
+        return tensor
+
+    # --- the codec -------------------------------------------------------------------------
+    def compressible(self, grad: torch.Tensor) -> bool:
+        """Dense floating-point gradients of at least ``min_numel`` elements are compressed;
+        smaller ones (biases, norm layers) and other dtypes go through Horovod's dense path."""
+        return (grad.layout == torch.strided and grad.dtype in COMPRESSIBLE_DTYPES
+                and grad.numel() >= self.min_numel)
+
+    def encode(self, acc: torch.Tensor) -> torch.Tensor:
+        """Compresses ``acc`` (flat fp32, gradient + residual) into a uint8 payload and subtracts
+        what the payload carries from ``acc``, leaving the new residual there."""
+        raise NotImplementedError
+
+    def decode_add(self, payload: torch.Tensor, out: torch.Tensor) -> None:
+        """Adds the gradient that ``payload`` carries to ``out`` (flat fp32)."""
+        raise NotImplementedError
+
+    def options(self) -> dict[str, Any]:
+        """The constructor arguments that define this compressor (for specs and fingerprints)."""
+        return {"error_feedback": self.error_feedback, "min_numel": self.min_numel}
+
+    def spec(self) -> str:
+        """The ``from_spec`` string that rebuilds this compressor."""
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options().items()))
+        return f"{self.name}:{opts}"
+
+    # --- accounting --------------------------------------------------------------------------
+    def _count(self, name: str | None, numel: int, sent: int) -> None:
+        with self._lock:
+            if name is not None:
+                self._steps[name] = self._steps.get(name, 0) + 1
+            self._dense_bytes += 4 * numel
+            self._sent_bytes += sent
+
+    def stats(self) -> dict[str, int]:
+        """Cumulative counts for this rank: ``steps`` (communication rounds of the most often
+        sent tensor), ``dense_bytes`` (what dense fp32 would have sent) and ``sent_bytes``
+        (bytes handed to Horovod, payload headers included)."""
+        with self._lock:
+            return {"steps": max(self._steps.values(), default=0),
+                    "dense_bytes": self._dense_bytes, "sent_bytes": self._sent_bytes}
+
+    def __repr__(self) -> str:
+        return f"hvd_compress.from_spec({self.spec()!r})"

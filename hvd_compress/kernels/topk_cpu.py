@@ -1,0 +1,121 @@
+"""Top-k selection with error feedback on the CPU (Numba).
+
+``acc`` holds gradient + residual. Selection copies the chosen entries out and zeroes them in
+``acc``, which leaves exactly the new residual there: one pass over the data does both.
+"""
+import numpy as np
+from numba import njit, prange
+
+# Work is split into this many contiguous chunks so that two passes (count, then write) can run
+# in parallel and still emit indices in ascending order.
+_CHUNKS = 64
+
+
+@njit(cache=True, parallel=True)
+def _count(acc, thr):
+    n = acc.size
+    step = (n + _CHUNKS - 1) // _CHUNKS
+    above = np.zeros(_CHUNKS, np.int64)
+    equal = np.zeros(_CHUNKS, np.int64)
+    for c in prange(_CHUNKS):
+        a = 0
+        e = 0
+        for i in range(c * step, min(n, (c + 1) * step)):
+            m = abs(acc[i])
+            if m > thr:
+                a += 1
+            elif m == thr:
+                e += 1
+        above[c] = a
+        equal[c] = e
+    return above, equal
+
+
+@njit(cache=True, parallel=True)
+def _take(acc, thr, above, equal, take_equal, values, indices):
+    n = acc.size
+    step = (n + _CHUNKS - 1) // _CHUNKS
+    quota = np.empty(_CHUNKS, np.int64)
+    start = np.empty(_CHUNKS, np.int64)
+    eq_before = 0
+    out = 0
+    for c in range(_CHUNKS):
+        quota[c] = min(equal[c], max(0, take_equal - eq_before))
+        eq_before += equal[c]
+        start[c] = out
+        out += above[c] + quota[c]
+    for c in prange(_CHUNKS):
+        j = start[c]
+        q = quota[c]
+        for i in range(c * step, min(n, (c + 1) * step)):
+            m = abs(acc[i])
+            take = m > thr
+            if not take and m == thr and q > 0:
+                take = True
+                q -= 1
+            if take:
+                values[j] = acc[i]
+                indices[j] = i
+                acc[i] = 0.0
+                j += 1
+    return out
+
+
+def _select(acc: np.ndarray, thr: float, k_equal: int) -> tuple[np.ndarray, np.ndarray]:
+    """Takes every |acc| > thr and the first ``k_equal`` entries with |acc| == thr."""
+    thr = np.float32(thr)
+    above, equal = _count(acc, thr)
+    count = int(above.sum() + min(int(equal.sum()), k_equal))
+    values = np.empty(count, np.float32)
+    indices = np.empty(count, np.int32)
+    _take(acc, thr, above, equal, k_equal, values, indices)
+    return values, indices
+
+
+def kth_largest_magnitude(x: np.ndarray, k: int) -> float:
+    """The k-th largest |x| (1-based), by O(n) selection."""
+    mags = np.abs(x)
+    return float(np.partition(mags, mags.size - k)[mags.size - k])
+
+
+def topk_exact(acc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exactly the k entries of largest magnitude; ties broken by lower index."""
+    thr = kth_largest_magnitude(acc, k)
+    above, _ = _count(acc, np.float32(thr))
+    return _select(acc, thr, k - int(above.sum()))
+
+
+def topk_sampled(acc: np.ndarray, k: int, sample_fraction: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
+    """About k entries of largest magnitude, by a threshold estimated from a strided sample.
+
+    Deep Gradient Compression's selection: estimate the k-th largest magnitude from a sample of
+    at least 1% of the entries, take everything at or above it in one pass. When the estimate
+    overshoots (more than 1.3k candidates) an exact selection is made among the candidates; when
+    it undershoots (under 0.8k) the exact threshold is used instead. The result therefore holds
+    between 0.8k and 1.3k entries, always the largest ones.
+    """
+    n = acc.size
+    stride = max(1, int(1.0 / sample_fraction))
+    sample = acc[::stride]
+    ks = max(1, int(round(k * sample.size / n)))
+    thr = kth_largest_magnitude(sample, ks)
+    above, equal = _count(acc, np.float32(thr))
+    count = int(above.sum() + equal.sum())
+    if count < 0.8 * k or thr == 0.0:
+        return topk_exact(acc, k)
+    if count > 1.3 * k:
+        # Exact k-th largest among the candidates (all of which are >= thr, so it is global).
+        values, indices = _select(acc, thr, count)
+        order = np.argsort(-np.abs(values), kind="stable")
+        dropped = order[k:]
+        acc[indices[dropped]] = values[dropped]  # not sent: back into the residual
+        kept = np.sort(order[:k])
+        return values[kept], indices[kept]
+    return _select(acc, thr, count)
+
+
+@njit(cache=True)
+def scatter_add(values, indices, out):
+    """out[indices] += values, with repeated indices adding up."""
+    for j in range(values.size):
+        out[indices[j]] += values[j]
