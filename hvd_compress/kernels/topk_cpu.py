@@ -6,12 +6,14 @@
 import numpy as np
 from numba import njit, prange
 
+from .threads import serial_and_parallel
+
 # Work is split into this many contiguous chunks so that two passes (count, then write) can run
 # in parallel and still emit indices in ascending order.
 _CHUNKS = 64
 
 
-@njit(cache=True, parallel=True)
+@serial_and_parallel
 def _count(acc, thr):
     n = acc.size
     step = (n + _CHUNKS - 1) // _CHUNKS
@@ -31,7 +33,7 @@ def _count(acc, thr):
     return above, equal
 
 
-@njit(cache=True, parallel=True)
+@serial_and_parallel
 def _take(acc, thr, above, equal, take_equal, values, indices):
     n = acc.size
     step = (n + _CHUNKS - 1) // _CHUNKS
@@ -61,10 +63,15 @@ def _take(acc, thr, above, equal, take_equal, values, indices):
     return out
 
 
+def count_at_least(acc: np.ndarray, thr: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """Per chunk: how many |acc| > thr, and how many == thr."""
+    return _count(acc, thr)
+
+
 def _select(acc: np.ndarray, thr: float, k_equal: int) -> tuple[np.ndarray, np.ndarray]:
     """Takes every |acc| > thr and the first ``k_equal`` entries with |acc| == thr."""
     thr = np.float32(thr)
-    above, equal = _count(acc, thr)
+    above, equal = count_at_least(acc, thr)
     count = int(above.sum() + min(int(equal.sum()), k_equal))
     values = np.empty(count, np.float32)
     indices = np.empty(count, np.int32)
@@ -81,7 +88,7 @@ def kth_largest_magnitude(x: np.ndarray, k: int) -> float:
 def topk_exact(acc: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exactly the k entries of largest magnitude; ties broken by lower index."""
     thr = kth_largest_magnitude(acc, k)
-    above, _ = _count(acc, np.float32(thr))
+    above, _ = count_at_least(acc, np.float32(thr))
     return _select(acc, thr, k - int(above.sum()))
 
 
@@ -99,7 +106,7 @@ def topk_sampled(acc: np.ndarray, k: int, sample_fraction: float = 0.01) -> tupl
     sample = acc[::stride]
     ks = max(1, int(round(k * sample.size / n)))
     thr = kth_largest_magnitude(sample, ks)
-    above, equal = _count(acc, np.float32(thr))
+    above, equal = count_at_least(acc, np.float32(thr))
     count = int(above.sum() + equal.sum())
     if count < 0.8 * k or thr == 0.0:
         return topk_exact(acc, k)

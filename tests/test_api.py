@@ -1,0 +1,78 @@
+"""The public API in-process: specs, stats, the Horovod no-op interface, framing, and the
+error-feedback invariant of every compressor."""
+import pytest
+import torch
+from horovod.torch import Compression
+
+import hvd_compress as hc
+from hvd_compress.communication import framing
+
+# One spec per compressor configuration the invariants are checked for.
+SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact"]
+
+
+def test_from_spec_builds_configured_compressors():
+    c = hc.from_spec("topk:ratio=0.05,selection=exact,min_numel=10")
+    assert isinstance(c, hc.TopK)
+    assert (c.ratio, c.selection, c.min_numel) == (0.05, "exact", 10)
+    assert hc.from_spec(c.spec()).spec() == c.spec()
+    assert hc.from_spec("none") is Compression.none
+    assert hc.from_spec("fp16") is Compression.fp16
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nope", "known: fp16, none, topk"),
+    ("topk:ratio", "expected KEY=VALUE"),
+    ("topk:bogus=1", "bogus"),
+    ("topk:selection=fastest", "selection must be one of"),
+])
+def test_from_spec_rejects_bad_specs(spec, message):
+    with pytest.raises(ValueError, match=message):
+        hc.from_spec(spec)
+
+
+def test_horovod_interface_is_a_noop_that_counts_dense_bytes():
+    c = hc.TopK()
+    t = torch.randn(10, dtype=torch.float16)
+    out, ctx = c.compress(t)
+    assert out is t and c.decompress(out, ctx) is t
+    assert c.stats() == {"steps": 0, "dense_bytes": 40, "sent_bytes": 20}
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_error_feedback_invariant(spec, dtype):
+    """decompress(compress(g + r_old)) + r_new == g + r_old, every step."""
+    c = hc.from_spec(spec)
+    residual = torch.zeros(5000)
+    for step in range(4):
+        grad = torch.randn(50, 100, generator=torch.Generator().manual_seed(step)).to(dtype)
+        expected = grad.float().reshape(-1) + residual
+        acc = c.memory.compensate("w", grad)
+        decoded = torch.zeros(5000)
+        c.decode_add(c.encode(acc), decoded)
+        torch.testing.assert_close(decoded + acc, expected, rtol=0, atol=1e-6)
+        residual = acc.clone()
+
+
+def test_without_error_feedback_nothing_carries_over():
+    c = hc.from_spec("topk:ratio=0.01,error_feedback=false")
+    grad = torch.randn(5000)
+    c.encode(c.memory.compensate("w", grad))
+    acc = c.memory.compensate("w", grad)
+    torch.testing.assert_close(acc, grad)
+
+
+def test_frames_of_different_lengths_split_back():
+    bodies = [torch.arange(n, dtype=torch.uint8) for n in (0, 5, 8, 13)]
+    tag = framing.tag_of("topk", 100)
+    gathered = torch.cat([framing.frame(b, tag) for b in bodies])
+    for got, want in zip(framing.unframe(gathered, tag, 4, "w"), bodies):
+        assert torch.equal(got, want)
+
+
+def test_frames_from_a_differently_configured_rank_are_refused():
+    gathered = torch.cat([framing.frame(torch.ones(4, dtype=torch.uint8), framing.tag_of(x))
+                          for x in ("topk:ratio=0.01", "topk:ratio=0.02")])
+    with pytest.raises(RuntimeError, match="rank 1 sent a payload for w with a different"):
+        framing.unframe(gathered, framing.tag_of("topk:ratio=0.01"), 2, "w")

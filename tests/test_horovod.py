@@ -1,0 +1,198 @@
+"""hvd_compress inside Horovod's DistributedOptimizer, on gloo workers.
+
+Each launch costs seconds, so one launch per world size runs every check and returns a dict of
+findings that the tests below assert on.
+"""
+import functools
+
+import pytest
+
+from harness import run_workers
+
+SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact"]
+SHAPES = {"w": (64, 100), "v": (30, 70), "b": (16,)}  # b is small: Horovod's dense path
+
+
+def gradient(step: int, rank: int, name: str):
+    import torch
+
+    seed = 1000 * step + 10 * rank + sorted(SHAPES).index(name)
+    return torch.randn(SHAPES[name], generator=torch.Generator().manual_seed(seed))
+
+
+def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> list[dict]:
+    """What every rank should hold after each step: the same algorithm run in one process, one
+    compressor (and residual) per simulated rank, payloads summed in rank order."""
+    import torch
+
+    import hvd_compress as hc
+
+    compressors = [hc.from_spec(spec) for _ in grads_per_rank]
+    results = []
+    for step in range(len(grads_per_rank[0])):
+        out = {}
+        for name, shape in SHAPES.items():
+            grads = [g[step][name] for g in grads_per_rank]
+            if not compressors[0].compressible(grads[0]):
+                total = sum(grads)
+            else:
+                total = torch.zeros(grads[0].numel())
+                for c, g in zip(compressors, grads):
+                    c.decode_add(c.encode(c.memory.compensate(name, g)), total)
+                total = total.view(shape)
+            out[name] = total / len(grads) if average else total
+        results.append(out)
+    return results
+
+
+def _synchronized_grads(spec, steps, op_name="Average", passes=1, predivide=1.0, skip=()):
+    """Runs ``steps`` steps through DistributedOptimizer; returns the gradients it produced and
+    the per-rank inputs, so the caller can compare with ``reference``. ``skip`` holds
+    (step, rank, name) triples whose parameter gets no gradient."""
+    import horovod.torch as hvd
+    import torch
+
+    import hvd_compress as hc
+
+    params = {name: torch.nn.Parameter(torch.zeros(shape)) for name, shape in SHAPES.items()}
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(params.values(), lr=0.0), named_parameters=params.items(),
+        compression=hc.from_spec(spec), op=getattr(hvd, op_name),
+        backward_passes_per_step=passes, gradient_predivide_factor=predivide)
+    got = []
+    for step in range(steps):
+        optimizer.zero_grad()
+        for micro in range(passes):
+            names = [n for n in SHAPES if (step, hvd.rank(), n) not in skip]
+            loss = sum((params[n] * gradient(passes * step + micro, hvd.rank(), n)).sum() for n in names)
+            loss.backward()
+        # the gradient-clipping pattern
+        optimizer.synchronize()
+        with optimizer.skip_synchronize():
+            optimizer.step()
+        got.append({n: p.grad.clone() for n, p in params.items()})
+
+    def inputs(rank):
+        return [{n: (sum(gradient(passes * s + m, rank, n) for m in range(passes))
+                     if (s, rank, n) not in skip else torch.zeros(SHAPES[n]))
+                 for n in SHAPES} for s in range(steps)]
+
+    return got, [inputs(r) for r in range(hvd.size())]
+
+
+def _max_error(got, want) -> float:
+    return max(float((g[n] - w[n]).abs().max()) for g, w in zip(got, want) for n in SHAPES)
+
+
+def _train_digest(spec: str, steps: int = 6) -> str:
+    """Trains a small CNN on rank-specific data; returns a digest of its parameters."""
+    import horovod.torch as hvd
+    import torch
+    import torch.nn.functional as F
+
+    import hvd_compress as hc
+    from harness import parameters_digest
+    from models import LeNet5
+
+    torch.manual_seed(0)
+    model = LeNet5()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=hc.from_spec(spec))
+    data = torch.Generator().manual_seed(hvd.rank())
+    for _ in range(steps):
+        x, y = torch.randn(16, 1, 28, 28, generator=data), torch.randint(0, 10, (16,), generator=data)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    return parameters_digest(model)
+
+
+def _refusals() -> dict:
+    import horovod.torch as hvd
+    import torch
+
+    import hvd_compress as hc
+
+    found = {}
+    for option, kwargs in {"groups": {"groups": 2}, "adasum": {"op": hvd.Adasum}}.items():
+        p = torch.nn.Parameter(torch.zeros(4))
+        try:
+            hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), named_parameters=[("p", p)],
+                                     compression=hc.TopK(), **kwargs)
+            found[option] = "accepted"
+        except ValueError as err:
+            found[option] = str(err)
+    return found
+
+
+def _plain_horovod_unchanged() -> dict:
+    """Horovod's own compressors still give Horovod's own allreduce result."""
+    import horovod.torch as hvd
+    import torch
+
+    import hvd_compress  # noqa: F401  (installs the hook)
+
+    errors = {}
+    for label, compression in {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}.items():
+        p = torch.nn.Parameter(torch.zeros(5000))
+        optimizer = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.0),
+                                             named_parameters=[(f"plain.{label}", p)],
+                                             compression=compression)
+        g = torch.randn(5000, generator=torch.Generator().manual_seed(hvd.rank()))
+        (p * g).sum().backward()
+        optimizer.step()
+        sent, ctx = compression.compress(g)
+        want = compression.decompress(hvd.allreduce(sent, name=f"want.{label}"), ctx)
+        errors[label] = float((p.grad - want).abs().max())
+    return errors
+
+
+def all_checks(specs: list[str]) -> dict:
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    torch.set_num_threads(1)
+    found = {"refusals": _refusals(), "plain": _plain_horovod_unchanged(), "errors": {}, "digests": {}}
+    skip = {(1, 0, "v"), (2, 1, "w"), (2, 0, "b")}  # parameters without a gradient that step
+    cases = {"average": {}, "sum": {"op_name": "Sum"}, "predivide": {"predivide": 2.0},
+             "passes": {"passes": 2}, "missing_grads": {"skip": skip}}
+    for spec in specs:
+        for case, kwargs in cases.items():
+            got, inputs = _synchronized_grads(spec, steps=3, **kwargs)
+            want = reference(spec, inputs, average=kwargs.get("op_name") != "Sum")
+            found["errors"][spec, case] = _max_error(got, want)
+        found["digests"][spec] = _train_digest(spec)
+    return found
+
+
+@functools.cache
+def findings(num_proc: int) -> list[dict]:
+    return run_workers(all_checks, num_proc, SPECS)
+
+
+@pytest.mark.parametrize("num_proc", [2, 4])
+def test_ranks_end_with_identical_parameters(num_proc):
+    for spec in SPECS:
+        assert len({rank["digests"][spec] for rank in findings(num_proc)}) == 1, spec
+
+
+@pytest.mark.parametrize("num_proc", [2, 4])
+@pytest.mark.parametrize("case", ["average", "sum", "predivide", "passes", "missing_grads"])
+def test_aggregate_equals_single_process_reference(num_proc, case):
+    for rank in findings(num_proc):
+        for spec in SPECS:
+            assert rank["errors"][spec, case] <= 1e-6, (spec, case)
+
+
+def test_options_the_compressed_path_cannot_honour_are_refused():
+    refusals = findings(2)[0]["refusals"]
+    assert "groups= is not supported" in refusals["groups"]
+    assert "not Adasum" in refusals["adasum"]
+
+
+def test_horovod_own_compressors_behave_as_before():
+    for rank in findings(2):
+        assert rank["plain"] == {"none": 0.0, "fp16": 0.0}
