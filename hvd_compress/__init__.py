@@ -7,11 +7,13 @@ Importing this package installs the hook that lets these compressors' payloads c
 network compressed (see ``horovod_hook``); Horovod's own compressors behave as before.
 """
 from . import horovod_hook
+from .adacomp import AdaComp
 from .compressor import Compressor
+from .onebit import OneBit
 from .spec import from_spec
 from .topk import TopK
 
 horovod_hook.install()
 
-__all__ = ["Compressor", "TopK", "from_spec"]
+__all__ = ["AdaComp", "Compressor", "OneBit", "TopK", "from_spec"]
 __version__ = "0.1.0"

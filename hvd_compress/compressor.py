@@ -49,13 +49,15 @@ class Compressor:
         return (grad.layout == torch.strided and grad.dtype in COMPRESSIBLE_DTYPES
                 and grad.numel() >= self.min_numel)
 
-    def encode(self, acc: torch.Tensor) -> torch.Tensor:
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """Compresses ``acc`` (flat fp32, gradient + residual) into a uint8 payload and subtracts
-        what the payload carries from ``acc``, leaving the new residual there."""
+        what the payload carries from ``acc``, leaving the new residual there. ``grad`` is this
+        step's gradient (original shape and dtype), for methods that look at it or its shape."""
         raise NotImplementedError
 
-    def decode_add(self, payload: torch.Tensor, out: torch.Tensor) -> None:
-        """Adds the gradient that ``payload`` carries to ``out`` (flat fp32)."""
+    def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        """Adds the gradient that ``payload`` carries to ``out`` (flat fp32; the gradient's
+        ``shape``)."""
         raise NotImplementedError
 
     def options(self) -> dict[str, Any]:

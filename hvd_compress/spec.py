@@ -8,9 +8,11 @@ from typing import Any
 from horovod.torch import Compression
 
 from .compressor import Compressor
+from .adacomp import AdaComp
+from .onebit import OneBit
 from .topk import TopK
 
-COMPRESSORS: dict[str, type[Compressor]] = {cls.name: cls for cls in (TopK,)}
+COMPRESSORS: dict[str, type[Compressor]] = {cls.name: cls for cls in (TopK, OneBit, AdaComp)}
 HOROVOD_COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 

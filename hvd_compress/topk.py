@@ -4,8 +4,8 @@ Each step, per parameter: acc = gradient + residual; send the k = ceil(ratio * n
 largest |acc| as (value, index) pairs; the rest stays in the residual (Aji & Heafield 2017; Lin
 et al., "Deep Gradient Compression", ICLR 2018). Receivers scatter-add every rank's pairs.
 
-Payload: k float32 values, then k int32 indices (8 bytes an entry, so ratio 0.01 sends 2% of the
-dense bytes). Cost: O(n) to select, O(k p) to decode on p ranks.
+Payload: c float32 values, then c int32 indices (8 bytes an entry: ratio 0.01 sends 2% of the
+dense bytes). Cost: O(n) to select, O(c p) to decode on p ranks.
 """
 from typing import Any
 
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .compressor import Compressor
-from .kernels import topk_cpu
+from .kernels import arrays
 
 SELECTIONS = ("sampled", "exact")
 
@@ -21,9 +21,11 @@ SELECTIONS = ("sampled", "exact")
 class TopK(Compressor):
     """``TopK(ratio=0.01, selection="sampled")``.
 
-    ``selection="exact"`` sends exactly k entries (ties go to the lower index).
-    ``selection="sampled"`` (default) estimates the threshold from a 1% sample, as Deep Gradient
-    Compression does, and sends between 0.8k and 1.3k of the largest entries in one pass.
+    ``selection="exact"`` sends exactly k entries (ties go to the lower index on CPU, to any of
+    the tied entries on CUDA). ``selection="sampled"`` (default) estimates the threshold from a
+    1% sample, as Deep Gradient Compression does, and sends between 0.8k and 1.3k of the largest
+    entries. It is the default because it is several times faster on large tensors and reaches
+    the same accuracy (bench/).
     """
 
     name = "topk"
@@ -41,18 +43,14 @@ class TopK(Compressor):
     def k(self, numel: int) -> int:
         return min(numel, max(1, int(np.ceil(self.ratio * numel))))
 
-    def encode(self, acc: torch.Tensor) -> torch.Tensor:
-        a = acc.numpy()
-        k = self.k(a.size)
-        if self.selection == "exact":
-            values, indices = topk_cpu.topk_exact(a, k)
-        else:
-            values, indices = topk_cpu.topk_sampled(a, k)
-        return torch.from_numpy(np.concatenate([values.view(np.uint8), indices.view(np.uint8)]))
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        kernels = arrays.kernels("topk", acc)
+        values, indices = kernels.select(arrays.view(acc), self.k(acc.numel()),
+                                         self.selection == "exact")
+        return arrays.join([arrays.tensor(values, acc), arrays.tensor(indices, acc)])
 
-    def decode_add(self, payload: torch.Tensor, out: torch.Tensor) -> None:
-        raw = payload.numpy()
-        count = raw.size // 8
-        values = raw[:4 * count].view(np.float32)
-        indices = raw[4 * count:].view(np.int32)
-        topk_cpu.scatter_add(values, indices, out.numpy())
+    def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        count = payload.numel() // 8
+        values = arrays.view(payload[:4 * count].view(torch.float32))
+        indices = arrays.view(payload[4 * count:].view(torch.int32))
+        arrays.kernels("topk", out).scatter_add(values, indices, arrays.view(out))

@@ -8,7 +8,8 @@ import hvd_compress as hc
 from hvd_compress.communication import framing
 
 # One spec per compressor configuration the invariants are checked for.
-SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact"]
+SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit", "onebit:scaling=l1,granularity=column",
+         "adacomp", "adacomp:bin_size=7"]
 
 
 def test_from_spec_builds_configured_compressors():
@@ -21,7 +22,9 @@ def test_from_spec_builds_configured_compressors():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("nope", "known: fp16, none, topk"),
+    ("nope", "known: adacomp, fp16, none, onebit, topk"),
+    ("onebit:scaling=l2", "scaling must be one of"),
+    ("adacomp:bin_size=0", "bin_size must be an int >= 1"),
     ("topk:ratio", "expected KEY=VALUE"),
     ("topk:bogus=1", "bogus"),
     ("topk:selection=fastest", "selection must be one of"),
@@ -50,7 +53,7 @@ def test_error_feedback_invariant(spec, dtype):
         expected = grad.float().reshape(-1) + residual
         acc = c.memory.compensate("w", grad)
         decoded = torch.zeros(5000)
-        c.decode_add(c.encode(acc), decoded)
+        c.decode_add(c.encode(acc, grad), decoded, grad.shape)
         torch.testing.assert_close(decoded + acc, expected, rtol=0, atol=1e-6)
         residual = acc.clone()
 
@@ -58,7 +61,7 @@ def test_error_feedback_invariant(spec, dtype):
 def test_without_error_feedback_nothing_carries_over():
     c = hc.from_spec("topk:ratio=0.01,error_feedback=false")
     grad = torch.randn(5000)
-    c.encode(c.memory.compensate("w", grad))
+    c.encode(c.memory.compensate("w", grad), grad)
     acc = c.memory.compensate("w", grad)
     torch.testing.assert_close(acc, grad)
 

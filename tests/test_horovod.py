@@ -9,7 +9,8 @@ import pytest
 
 from harness import run_workers
 
-SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact"]
+SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit",
+         "onebit:scaling=l1,granularity=column", "adacomp"]
 SHAPES = {"w": (64, 100), "v": (30, 70), "b": (16,)}  # b is small: Horovod's dense path
 
 
@@ -38,7 +39,7 @@ def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> lis
             else:
                 total = torch.zeros(grads[0].numel())
                 for c, g in zip(compressors, grads):
-                    c.decode_add(c.encode(c.memory.compensate(name, g)), total)
+                    c.decode_add(c.encode(c.memory.compensate(name, g), g), total, g.shape)
                 total = total.view(shape)
             out[name] = total / len(grads) if average else total
         results.append(out)

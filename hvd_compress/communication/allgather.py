@@ -31,8 +31,8 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
     """Compresses ``grad`` and starts its allgather; the returned handle yields the aggregate
     (sum, or mean when ``average``) in ``grad``'s shape and dtype."""
     acc = compressor.memory.compensate(name, grad)
-    tag = framing.tag_of(compressor.spec(), grad.numel())
-    payload = framing.frame(compressor.encode(acc), tag)
+    tag = framing.tag_of(compressor.spec(), tuple(grad.shape))
+    payload = framing.frame(compressor.encode(acc, grad), tag)
     compressor._count(name, grad.numel(), payload.numel())
     handle = hvd.allgather_async(payload, name=f"hvd_compress.{name}", process_set=process_set)
 
@@ -41,7 +41,7 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
         ranks = process_set.size()
         total = torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
         for body in framing.unframe(gathered, tag, ranks, repr(name)):
-            compressor.decode_add(body, total)
+            compressor.decode_add(body, total, grad.shape)
         if average:
             total.div_(ranks)
         return total.view(grad.shape).to(grad.dtype)

@@ -121,6 +121,10 @@ def topk_sampled(acc: np.ndarray, k: int, sample_fraction: float = 0.01) -> tupl
     return _select(acc, thr, count)
 
 
+def select(acc: np.ndarray, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    return topk_exact(acc, k) if exact else topk_sampled(acc, k)
+
+
 @njit(cache=True)
 def scatter_add(values, indices, out):
     """out[indices] += values, with repeated indices adding up."""

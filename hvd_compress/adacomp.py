@@ -1,0 +1,63 @@
+"""Adaptive Residual Gradient Compression (AdaComp).
+
+Chen et al., "AdaComp: Adaptive Residual Gradient Compression for Data-Parallel Distributed
+Training", AAAI 2018, arXiv 1712.02679. Per parameter, each step, with gradient dW and
+residue R (both flat, fp32):
+
+    G = R + dW                       the residue with this step's gradient
+    H = G + dW                       G with the latest gradient counted twice
+    g_max(b) = max_{i in b} |G_i|    over bins b of L_T consecutive elements
+    send i  iff  |H_i| >= g_max(bin of i) > 0        as (index, sign of G_i)
+    scale = mean over all bins of g_max(b)           one float per tensor
+    receiver: dW_agg[i] += sign_i * scale
+    R <- G - sum over sent i of sign_i * scale * e_i
+
+L_T (``bin_size``) is the only hyper-parameter: the paper uses 50 for convolution layers and
+500 for fully connected and recurrent ones; by default we pick 50 for gradients of 3 or more
+dimensions (convolution kernels) and 500 otherwise. The number of entries sent adapts to how
+active each bin is. We skip bins whose g_max is 0 (nothing to send; the paper's rule would send
+zeros). The paper reports about 40x compression for convolution and 200x for fully connected
+layers without accuracy loss.
+
+Payload: the scale (float32), then one int32 per sent entry (i, or ~i when G_i < 0): 4 bytes
+an entry.
+"""
+from typing import Any
+
+import torch
+
+from .compressor import Compressor
+from .kernels import arrays
+
+CONV_BIN, FC_BIN = 50, 500
+
+
+class AdaComp(Compressor):
+    """``AdaComp(bin_size=None)``: L_T by shape (50 for conv kernels, 500 otherwise) or fixed."""
+
+    name = "adacomp"
+
+    def __init__(self, *, bin_size: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if bin_size is not None and (not isinstance(bin_size, int) or bin_size < 1):
+            raise ValueError(f"bin_size must be an int >= 1 or None, got {bin_size!r}")
+        self.bin_size = bin_size
+
+    def options(self) -> dict[str, Any]:
+        return {**super().options(), "bin_size": self.bin_size}
+
+    def bin_for(self, shape: torch.Size) -> int:
+        if self.bin_size is not None:
+            return self.bin_size
+        return CONV_BIN if len(shape) >= 3 else FC_BIN
+
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        grad32 = grad.reshape(-1).to(torch.float32)  # no copy for contiguous fp32 gradients
+        scale, codes = arrays.kernels("adacomp", acc).select(
+            arrays.view(acc), arrays.view(grad32), self.bin_for(grad.shape))
+        scale = torch.tensor([scale], dtype=torch.float32, device=acc.device)
+        return arrays.join([scale, arrays.tensor(codes, acc)])
+
+    def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        arrays.kernels("adacomp", out).decode_add(
+            arrays.view(payload[:4].view(torch.float32)), arrays.view(payload[4:].view(torch.int32)), arrays.view(out))

@@ -1,0 +1,77 @@
+"""AdaComp selection on the CPU (Numba): Chen et al., AAAI 2018, arXiv 1712.02679.
+
+With G = residual + gradient (``acc``) and H = G + gradient, in bins of ``bin_size``
+consecutive elements: g_max(b) = max |G_i| over bin b; element i is sent when
+|H_i| >= g_max(bin of i) > 0, as its index and the sign of G_i. One scale per tensor, the mean of
+g_max over all bins; the receiver rebuilds sign * scale. ``acc`` is left holding G minus what
+was sent: the new residual.
+
+Sent entries are int32 codes: i for a non-negative G_i, ~i (= -i - 1) for a negative one.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .threads import serial_and_parallel
+
+
+@serial_and_parallel
+def _bin_max_and_count(acc, grad, bin_size, gmax, sent):
+    n = acc.size
+    for b in prange(gmax.size):
+        lo = b * bin_size
+        hi = min(n, lo + bin_size)
+        m = np.float32(0.0)
+        for i in range(lo, hi):
+            m = max(m, abs(acc[i]))
+        count = 0
+        if m > 0:
+            for i in range(lo, hi):
+                if abs(acc[i] + grad[i]) >= m:
+                    count += 1
+        gmax[b] = m
+        sent[b] = count
+
+
+@serial_and_parallel
+def _emit(acc, grad, bin_size, gmax, offsets, scale, codes):
+    n = acc.size
+    for b in prange(gmax.size):
+        m = gmax[b]
+        if m == 0:
+            continue
+        j = offsets[b]
+        for i in range(b * bin_size, min(n, (b + 1) * bin_size)):
+            if abs(acc[i] + grad[i]) >= m:
+                if acc[i] >= 0:
+                    codes[j] = i
+                    acc[i] -= scale
+                else:
+                    codes[j] = ~i
+                    acc[i] += scale
+                j += 1
+
+
+def select(acc: np.ndarray, grad: np.ndarray, bin_size: int) -> tuple[np.float32, np.ndarray]:
+    """Returns (scale, codes) and leaves the residual in ``acc``."""
+    bins = (acc.size + bin_size - 1) // bin_size
+    gmax = np.empty(bins, np.float32)
+    sent = np.empty(bins, np.int64)
+    _bin_max_and_count(acc, grad, bin_size, gmax, sent)
+    scale = np.float32(gmax.mean(dtype=np.float64)) if bins else np.float32(0)
+    offsets = np.zeros(bins, np.int64)
+    np.cumsum(sent[:-1], out=offsets[1:])
+    codes = np.empty(int(sent.sum()), np.int32)
+    _emit(acc, grad, bin_size, gmax, offsets, scale, codes)
+    return scale, codes
+
+
+@njit(cache=True)
+def decode_add(scale, codes, out):
+    """out[i] += scale[0] for code i >= 0; out[~code] -= scale[0] otherwise."""
+    s = scale[0]
+    for j in range(codes.size):
+        c = codes[j]
+        if c >= 0:
+            out[c] += s
+        else:
+            out[~c] -= s
