@@ -1,3 +1,10 @@
+import os
+import shutil
+
+# Without a GPU, CUDA kernels run under Numba's simulator; it must be chosen before Numba loads.
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
 import numpy as np
 import pytest
 

@@ -7,7 +7,7 @@ element 8b+j in bit j of byte b. It is rebuilt from two values per group, ``low`
 and ``high`` (bit set). ``acc`` is left holding acc - rebuilt: the new residual.
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from .threads import serial_and_parallel
 
@@ -18,7 +18,8 @@ _CHUNKS = 64  # partial sums per chunk, added up afterwards, keep the passes par
 def _partial_sums(acc, groups):
     n = acc.size
     step = (n + _CHUNKS - 1) // _CHUNKS
-    sums = np.zeros((_CHUNKS, groups, 3))  # sum of negatives, sum of non-negatives, count of non-negatives
+    # per chunk and group: sum of negatives, sum of non-negatives, count of non-negatives
+    sums = np.zeros((_CHUNKS, groups, 3))
     for c in prange(_CHUNKS):
         for i in range(c * step, min(n, (c + 1) * step)):
             g = i % groups
@@ -29,20 +30,6 @@ def _partial_sums(acc, groups):
             else:
                 sums[c, g, 0] += v
     return sums
-
-
-@njit(cache=True)
-def _group_sums(sums, n):
-    """Per group: (sum of negatives, sum of non-negatives, count of non-negatives, size)."""
-    groups = sums.shape[1]
-    total = np.zeros((groups, 4))
-    for c in range(sums.shape[0]):
-        for g in range(groups):
-            for j in range(3):
-                total[g, j] += sums[c, g, j]
-    for g in range(groups):
-        total[g, 3] = n // groups + (1 if g < n % groups else 0)
-    return total
 
 
 @serial_and_parallel
@@ -62,15 +49,15 @@ def _pack(acc, low, high, bits):
         bits[b] = byte
 
 
-def quantize(acc: np.ndarray, groups: int, scaling: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Returns (low, high, packed bits) and leaves the residual in ``acc``.
+def scales(negatives: np.ndarray, non_negatives: np.ndarray, count_high: np.ndarray,
+           size: np.ndarray, scaling: str) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per group from its sums; shared by the CPU and CUDA kernels.
 
     scaling="means" (Seide et al. 2014): low = mean of the negative entries, high = mean of the
     non-negative ones. scaling="l1" (Karimireddy et al. 2019, EF-SignSGD): high = ||acc||_1 / n,
-    low = -high, per group.
+    low = -high.
     """
-    total = _group_sums(_partial_sums(acc, groups), acc.size)
-    negatives, non_negatives, count_high, size = total.T
+    groups = size.size
     if scaling == "means":
         high = np.divide(non_negatives, count_high, out=np.zeros(groups), where=count_high > 0)
         count_low = size - count_high
@@ -78,7 +65,17 @@ def quantize(acc: np.ndarray, groups: int, scaling: str) -> tuple[np.ndarray, np
     else:
         high = (non_negatives - negatives) / size
         low = -high
-    low, high = low.astype(np.float32), high.astype(np.float32)
+    return low.astype(np.float32), high.astype(np.float32)
+
+
+def group_sizes(n: int, groups: int) -> np.ndarray:
+    return n // groups + (np.arange(groups) < n % groups)
+
+
+def quantize(acc: np.ndarray, groups: int, scaling: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns (low, high, packed bits) and leaves the residual in ``acc``."""
+    negatives, non_negatives, count_high = _partial_sums(acc, groups).sum(axis=0).T
+    low, high = scales(negatives, non_negatives, count_high, group_sizes(acc.size, groups), scaling)
     bits = np.empty((acc.size + 7) // 8, np.uint8)
     _pack(acc, low, high, bits)
     return low, high, bits

@@ -1,0 +1,106 @@
+"""Kernel speed: each compressor's compress + residual update, and decompress + aggregate,
+side by side with straightforward torch versions and the memory-bandwidth floor (a
+preallocated ``copy_`` of the same tensor), in one run on this machine.
+
+    .venv/bin/python bench/kernels.py            # 1M and 25M fp32 elements
+    .venv/bin/python bench/kernels.py --quick    # 1M only
+
+Writes bench/results/kernels.json (medians in ms, and ratios); ``bench/report.py`` turns it into
+the README table.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hvd_compress as hc  # noqa: E402
+from common import RESULTS, machine  # noqa: E402
+
+AGGREGATED_RANKS = 4  # decode + aggregate sums this many payloads
+
+
+def median_ms(fn, setup, repeats: int) -> float:
+    times = []
+    for _ in range(repeats + 1):  # the first run compiles and warms caches
+        args = setup()
+        start = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times[1:])
+
+
+def torch_topk(x: torch.Tensor, k: int) -> None:
+    indices = torch.topk(x.abs(), k, sorted=False).indices
+    values = x.gather(0, indices)
+    x.index_fill_(0, indices, 0.0)  # the residual update
+    return values, indices
+
+
+def torch_onebit(x: torch.Tensor) -> None:
+    mask = x >= 0
+    high, low = x[mask].mean(), x[~mask].mean()
+    bits = mask.to(torch.uint8)  # one byte per element, as GRACE sends
+    x.sub_(torch.where(mask, high, low))
+    return bits, low, high
+
+
+def ours(compressor: hc.Compressor, grad: torch.Tensor):
+    """One step of ours: residual += grad, compress, residual -= what was sent."""
+    return lambda: compressor.encode(compressor.memory.compensate("g", grad), grad)
+
+
+def bench_size(n: int, repeats: int) -> dict:
+    grad = torch.randn(n, generator=torch.Generator().manual_seed(0))
+    k = int(0.01 * n)
+    dst = torch.empty_like(grad)
+    rows = {}
+    rows["copy_ (bandwidth floor)"] = median_ms(lambda: dst.copy_(grad), tuple, repeats)
+    rows["torch topk 1% + gather"] = median_ms(lambda x: torch_topk(x, k), lambda: (grad.clone(),), repeats)
+    rows["torch one-bit (masked means)"] = median_ms(torch_onebit, lambda: (grad.clone(),), repeats)
+    compressors = {"TopK 1% sampled": hc.TopK(0.01), "TopK 1% exact": hc.TopK(0.01, selection="exact"),
+                   "OneBit": hc.OneBit(), "AdaComp": hc.AdaComp()}
+    decode = {}
+    for label, compressor in compressors.items():
+        run = ours(compressor, grad)
+        rows[label] = median_ms(run, tuple, repeats)
+        payloads = [run() for _ in range(AGGREGATED_RANKS)]
+        out = torch.zeros(n)
+
+        def aggregate():
+            out.zero_()
+            for payload in payloads:
+                compressor.decode_add(payload, out, grad.shape)
+
+        decode[label] = median_ms(aggregate, tuple, repeats)
+        decode[label + " payload bytes"] = payloads[0].numel()
+    return {"compress_ms": rows, "decode_ms": decode}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1M elements only")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    sizes = [1_000_000] if args.quick else [1_000_000, 25_000_000]
+    result = {"machine": machine(), "torch_threads": torch.get_num_threads(),
+              "aggregated_ranks": AGGREGATED_RANKS, "sizes": {}}
+    for n in sizes:
+        print(f"{n:,} elements ...", flush=True)
+        result["sizes"][str(n)] = r = bench_size(n, args.repeats)
+        floor = r["compress_ms"]["copy_ (bandwidth floor)"]
+        for label, ms in r["compress_ms"].items():
+            print(f"  {label:32s} {ms:9.2f} ms  {ms / floor:6.1f}x copy_")
+        for label, value in r["decode_ms"].items():
+            print(f"  decode+sum {label:32s} {value:12.2f}")
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, "kernels.json"), "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
