@@ -30,6 +30,7 @@ class Compressor:
         self.memory = ResidualMemory() if error_feedback else NoMemory()
         self._lock = threading.Lock()
         self._steps: dict[str, int] = {}
+        self._per_tensor: dict[str, dict[str, int]] = {}
         self._dense_bytes = 0
         self._sent_bytes = 0
 
@@ -74,16 +75,21 @@ class Compressor:
         with self._lock:
             if name is not None:
                 self._steps[name] = self._steps.get(name, 0) + 1
+                tensor = self._per_tensor.setdefault(name, {"dense_bytes": 0, "sent_bytes": 0})
+                tensor["dense_bytes"] += 4 * numel
+                tensor["sent_bytes"] += sent
             self._dense_bytes += 4 * numel
             self._sent_bytes += sent
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         """Cumulative counts for this rank: ``steps`` (communication rounds of the most often
-        sent tensor), ``dense_bytes`` (what dense fp32 would have sent) and ``sent_bytes``
-        (bytes handed to Horovod, payload headers included)."""
+        sent tensor), ``dense_bytes`` (what dense fp32 would have sent), ``sent_bytes`` (bytes
+        handed to Horovod, payload headers included), and ``per_tensor``: those two byte counts
+        for each compressed parameter, by name."""
         with self._lock:
             return {"steps": max(self._steps.values(), default=0),
-                    "dense_bytes": self._dense_bytes, "sent_bytes": self._sent_bytes}
+                    "dense_bytes": self._dense_bytes, "sent_bytes": self._sent_bytes,
+                    "per_tensor": {k: dict(v) for k, v in self._per_tensor.items()}}
 
     def __repr__(self) -> str:
         return f"hvd_compress.from_spec({self.spec()!r})"

@@ -39,7 +39,7 @@ def test_horovod_interface_is_a_noop_that_counts_dense_bytes():
     t = torch.randn(10, dtype=torch.float16)
     out, ctx = c.compress(t)
     assert out is t and c.decompress(out, ctx) is t
-    assert c.stats() == {"steps": 0, "dense_bytes": 40, "sent_bytes": 20}
+    assert c.stats() == {"steps": 0, "dense_bytes": 40, "sent_bytes": 20, "per_tensor": {}}
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -16,38 +16,37 @@ from .threads import serial_and_parallel
 
 @serial_and_parallel
 def _bin_max_and_count(acc, grad, bin_size, gmax, sent):
-    n = acc.size
     for b in prange(gmax.size):
-        lo = b * bin_size
-        hi = min(n, lo + bin_size)
+        g = acc[b * bin_size:(b + 1) * bin_size]  # loops over a slice from 0 vectorize
+        d = grad[b * bin_size:(b + 1) * bin_size]
         m = np.float32(0.0)
-        for i in range(lo, hi):
-            m = max(m, abs(acc[i]))
+        for i in range(g.size):
+            m = max(m, abs(g[i]))
         count = 0
         if m > 0:
-            for i in range(lo, hi):
-                if abs(acc[i] + grad[i]) >= m:
-                    count += 1
+            for i in range(g.size):
+                count += abs(g[i] + d[i]) >= m
         gmax[b] = m
         sent[b] = count
 
 
 @serial_and_parallel
 def _emit(acc, grad, bin_size, gmax, offsets, scale, codes):
-    n = acc.size
     for b in prange(gmax.size):
         m = gmax[b]
         if m == 0:
             continue
+        g = acc[b * bin_size:(b + 1) * bin_size]
+        d = grad[b * bin_size:(b + 1) * bin_size]
         j = offsets[b]
-        for i in range(b * bin_size, min(n, (b + 1) * bin_size)):
-            if abs(acc[i] + grad[i]) >= m:
-                if acc[i] >= 0:
-                    codes[j] = i
-                    acc[i] -= scale
+        for i in range(g.size):
+            if abs(g[i] + d[i]) >= m:
+                if g[i] >= 0:
+                    codes[j] = b * bin_size + i
+                    g[i] -= scale
                 else:
-                    codes[j] = ~i
-                    acc[i] += scale
+                    codes[j] = ~(b * bin_size + i)
+                    g[i] += scale
                 j += 1
 
 

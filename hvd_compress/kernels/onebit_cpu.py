@@ -21,14 +21,32 @@ def _partial_sums(acc, groups):
     # per chunk and group: sum of negatives, sum of non-negatives, count of non-negatives
     sums = np.zeros((_CHUNKS, groups, 3))
     for c in prange(_CHUNKS):
-        for i in range(c * step, min(n, (c + 1) * step)):
-            g = i % groups
-            v = acc[i]
-            if v >= 0:
-                sums[c, g, 1] += v
-                sums[c, g, 2] += 1
-            else:
-                sums[c, g, 0] += v
+        chunk = acc[c * step:(c + 1) * step]  # loops over a slice from 0 vectorize
+        if groups == 1:  # the common case, kept in registers and branch-free
+            total = 0.0
+            non_negatives = 0.0
+            count = 0.0
+            for i in range(chunk.size):
+                v = np.float64(chunk[i])
+                up = v >= 0
+                total += v
+                non_negatives += v * up
+                count += up
+            sums[c, 0, 0] = total - non_negatives
+            sums[c, 0, 1] = non_negatives
+            sums[c, 0, 2] = count
+        else:
+            g = (c * step) % groups
+            for i in range(chunk.size):
+                v = chunk[i]
+                if v >= 0:
+                    sums[c, g, 1] += v
+                    sums[c, g, 2] += 1
+                else:
+                    sums[c, g, 0] += v
+                g += 1
+                if g == groups:
+                    g = 0
     return sums
 
 
@@ -36,17 +54,25 @@ def _partial_sums(acc, groups):
 def _pack(acc, low, high, bits):
     n = acc.size
     groups = low.size
-    for b in prange(bits.size):
-        byte = 0
-        for j in range(min(8, n - 8 * b)):
-            i = 8 * b + j
-            g = i % groups
-            if acc[i] >= 0:
-                byte |= 1 << j
-                acc[i] -= high[g]
-            else:
-                acc[i] -= low[g]
-        bits[b] = byte
+    step = (bits.size + _CHUNKS - 1) // _CHUNKS  # in bytes
+    for c in prange(_CHUNKS):
+        chunk = acc[8 * c * step:8 * (c + 1) * step]
+        out = bits[c * step:(c + 1) * step]
+        g = (8 * c * step) % groups
+        lo, hi = low[0], high[0]
+        for b in range(out.size):
+            byte = 0
+            for j in range(min(8, chunk.size - 8 * b)):
+                if groups > 1:
+                    lo, hi = low[g], high[g]
+                    g += 1
+                    if g == groups:
+                        g = 0
+                v = chunk[8 * b + j]
+                up = v >= 0
+                byte |= up << j
+                chunk[8 * b + j] = v - (hi if up else lo)
+            out[b] = byte
 
 
 def scales(negatives: np.ndarray, non_negatives: np.ndarray, count_high: np.ndarray,
@@ -84,13 +110,19 @@ def quantize(acc: np.ndarray, groups: int, scaling: str) -> tuple[np.ndarray, np
 @serial_and_parallel
 def dequantize_add(bits, low, high, out):
     """out[i] += high[g] if bit i is set else low[g], g = i % groups."""
-    n = out.size
     groups = low.size
-    for b in prange(bits.size):
-        byte = bits[b]
-        for j in range(min(8, n - 8 * b)):
-            i = 8 * b + j
-            if (byte >> j) & 1:
-                out[i] += high[i % groups]
-            else:
-                out[i] += low[i % groups]
+    step = (bits.size + _CHUNKS - 1) // _CHUNKS  # in bytes
+    for c in prange(_CHUNKS):
+        chunk = out[8 * c * step:8 * (c + 1) * step]
+        packed = bits[c * step:(c + 1) * step]
+        g = (8 * c * step) % groups
+        lo, hi = low[0], high[0]
+        for b in range(packed.size):
+            byte = packed[b]
+            for j in range(min(8, chunk.size - 8 * b)):
+                if groups > 1:
+                    lo, hi = low[g], high[g]
+                    g += 1
+                    if g == groups:
+                        g = 0
+                chunk[8 * b + j] += hi if (byte >> j) & 1 else lo
