@@ -84,6 +84,10 @@ def main() -> None:
         print(f"rank {hvd.rank()}: {args.compression} sent {stats['sent_bytes']:,} bytes in "
               f"{stats['steps']} steps; dense fp32 would have sent {stats['dense_bytes']:,} "
               f"({stats['dense_bytes'] / max(1, stats['sent_bytes']):.1f}x less)", flush=True)
+        if hvd.rank() == 0:
+            for name, layer in stats["per_tensor"].items():
+                print(f"  {name:12s} {layer['dense_bytes'] / layer['sent_bytes']:7.1f}x smaller "
+                      f"than dense fp32", flush=True)
 
 
 if __name__ == "__main__":

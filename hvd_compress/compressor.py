@@ -23,6 +23,8 @@ COMPRESSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 class Compressor:
     #: the name ``from_spec`` knows this method by
     name = "base"
+    #: how payloads travel: "allgather" or "twophase" (see hvd_compress/communication)
+    communication = "allgather"
 
     def __init__(self, *, error_feedback: bool = True, min_numel: int = 1024) -> None:
         self.error_feedback = error_feedback

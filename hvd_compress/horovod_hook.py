@@ -22,10 +22,11 @@ import horovod
 import horovod.torch as hvd
 from horovod.torch import optimizer as hvd_optimizer
 
-from .communication import allgather
+from .communication import allgather, twophase
 from .compressor import Compressor
 
 SUPPORTED_HOROVOD = "0.28.1"
+COMMUNICATORS = {"allgather": allgather.start, "twophase": twophase.start}
 
 if horovod.__version__ != SUPPORTED_HOROVOD:
     raise ImportError(
@@ -75,7 +76,8 @@ def _allreduce_grad_async(self, p):
     # gradient_predivide_factor only splits Horovod's scaling of a summing allreduce into a
     # pre- and a post-factor; we sum in fp32 and scale once, which is the same average.
     name = self._parameter_names.get(p)
-    return allgather.start(compressor, p.grad, name, self.op == hvd.Average, self.process_set), None
+    start = COMMUNICATORS[compressor.communication]
+    return start(compressor, p.grad, name, self.op == hvd.Average, self.process_set), None
 
 
 def install() -> None:

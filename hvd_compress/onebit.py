@@ -22,24 +22,36 @@ from .kernels import arrays
 
 SCALINGS = ("means", "l1")
 GRANULARITIES = ("tensor", "column")
+COMMUNICATIONS = ("twophase", "allgather")
 
 
 class OneBit(Compressor):
-    """``OneBit(scaling="means", granularity="tensor")``."""
+    """``OneBit(scaling="means", granularity="tensor", communication="twophase")``.
+
+    ``communication="twophase"`` reduces through the two-phase compressed allreduce
+    (communication/twophase.py): one (low, high) pair per chunk of about n/p elements, whatever
+    ``granularity`` says, and a second, server-side residual per parameter.
+    ``"allgather"`` sends each rank's whole payload to every rank.
+    """
 
     name = "onebit"
 
-    def __init__(self, *, scaling: str = "means", granularity: str = "tensor", **kwargs: Any) -> None:
+    def __init__(self, *, scaling: str = "means", granularity: str = "tensor",
+                 communication: str = "twophase", **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if communication not in COMMUNICATIONS:
+            raise ValueError(f"communication must be one of {COMMUNICATIONS}, got {communication!r}")
         if scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
         self.scaling = scaling
         self.granularity = granularity
+        self.communication = communication
 
     def options(self) -> dict[str, Any]:
-        return {**super().options(), "scaling": self.scaling, "granularity": self.granularity}
+        return {**super().options(), "scaling": self.scaling, "granularity": self.granularity,
+                "communication": self.communication}
 
     def groups(self, shape: torch.Size) -> int:
         """How many (low, high) pairs a gradient of ``shape`` gets."""

@@ -10,7 +10,7 @@ import pytest
 from harness import run_workers
 
 SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit",
-         "onebit:scaling=l1,granularity=column", "adacomp"]
+         "onebit:scaling=l1,granularity=column,communication=allgather", "adacomp"]
 SHAPES = {"w": (64, 100), "v": (30, 70), "b": (16,)}  # b is small: Horovod's dense path
 
 
@@ -23,7 +23,8 @@ def gradient(step: int, rank: int, name: str):
 
 def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> list[dict]:
     """What every rank should hold after each step: the same algorithm run in one process, one
-    compressor (and residual) per simulated rank, payloads summed in rank order."""
+    compressor (with its worker and server residuals) per simulated rank, payloads summed in
+    rank order."""
     import torch
 
     import hvd_compress as hc
@@ -35,15 +36,39 @@ def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> lis
         for name, shape in SHAPES.items():
             grads = [g[step][name] for g in grads_per_rank]
             if not compressors[0].compressible(grads[0]):
-                total = sum(grads)
+                total = sum(grads) / (len(grads) if average else 1)
+            elif compressors[0].communication == "twophase":
+                total = _twophase_reference(compressors, name, grads, average).view(shape)
             else:
                 total = torch.zeros(grads[0].numel())
                 for c, g in zip(compressors, grads):
                     c.decode_add(c.encode(c.memory.compensate(name, g), g), total, g.shape)
-                total = total.view(shape)
-            out[name] = total / len(grads) if average else total
+                total = total.view(shape) / (len(grads) if average else 1)
+            out[name] = total
         results.append(out)
     return results
+
+
+def _twophase_reference(compressors, name, grads, average):
+    import torch
+
+    from hvd_compress.communication.twophase import chunk_bounds
+
+    ranks, n = len(grads), grads[0].numel()
+    bounds = chunk_bounds(n, ranks)
+    accs = [c.memory.compensate(name, g) for c, g in zip(compressors, grads)]
+    chunks = [[c.encode(acc[lo:hi], acc[lo:hi]) for lo, hi in bounds] for c, acc in zip(compressors, accs)]
+    total = torch.zeros(n)
+    for j, (lo, hi) in enumerate(bounds):
+        server = compressors[j]  # rank j reduces chunk j and keeps its server residual
+        mine = torch.zeros(hi - lo)
+        for r in range(ranks):
+            server.decode_add(chunks[r][j], mine, mine.shape)
+        if average:
+            mine /= ranks
+        reduced = server.memory.compensate(f"{name}#server", mine)
+        server.decode_add(server.encode(reduced, reduced), total[lo:hi], total[lo:hi].shape)
+    return total
 
 
 def _synchronized_grads(spec, steps, op_name="Average", passes=1, predivide=1.0, skip=()):
@@ -99,15 +124,16 @@ def _train_digest(spec: str, steps: int = 6) -> str:
     model = LeNet5()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    compression = hc.from_spec(spec)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=hc.from_spec(spec))
+                                         compression=compression)
     data = torch.Generator().manual_seed(hvd.rank())
     for _ in range(steps):
         x, y = torch.randn(16, 1, 28, 28, generator=data), torch.randint(0, 10, (16,), generator=data)
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
-    return parameters_digest(model)
+    return parameters_digest(model), compression.stats()
 
 
 def _refusals() -> dict:
@@ -156,7 +182,7 @@ def all_checks(specs: list[str]) -> dict:
 
     hvd.init()
     torch.set_num_threads(1)
-    found = {"refusals": _refusals(), "plain": _plain_horovod_unchanged(), "errors": {}, "digests": {}}
+    found = {"refusals": _refusals(), "plain": _plain_horovod_unchanged(), "errors": {}, "digests": {}, "stats": {}}
     skip = {(1, 0, "v"), (2, 1, "w"), (2, 0, "b")}  # parameters without a gradient that step
     cases = {"average": {}, "sum": {"op_name": "Sum"}, "predivide": {"predivide": 2.0},
              "passes": {"passes": 2}, "missing_grads": {"skip": skip}}
@@ -165,7 +191,7 @@ def all_checks(specs: list[str]) -> dict:
             got, inputs = _synchronized_grads(spec, steps=3, **kwargs)
             want = reference(spec, inputs, average=kwargs.get("op_name") != "Sum")
             found["errors"][spec, case] = _max_error(got, want)
-        found["digests"][spec] = _train_digest(spec)
+        found["digests"][spec], found["stats"][spec] = _train_digest(spec)
     return found
 
 
@@ -186,6 +212,17 @@ def test_aggregate_equals_single_process_reference(num_proc, case):
     for rank in findings(num_proc):
         for spec in SPECS:
             assert rank["errors"][spec, case] <= 1e-6, (spec, case)
+
+
+def test_stats_count_what_was_sent():
+    for spec in SPECS:
+        stats = findings(2)[0]["stats"][spec]
+        assert stats["steps"] == 6
+        # LeNet-5: conv2, fc1 and fc2 weights are compressed; the rest is small and goes dense
+        assert sorted(stats["per_tensor"]) == ["conv2.weight", "fc1.weight", "fc2.weight"]
+        assert 0 < stats["sent_bytes"] < stats["dense_bytes"]
+        for layer in stats["per_tensor"].values():
+            assert 0 < layer["sent_bytes"] < layer["dense_bytes"] / 4
 
 
 def test_options_the_compressed_path_cannot_honour_are_refused():
