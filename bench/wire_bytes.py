@@ -1,0 +1,64 @@
+"""Bytes on the wire per worker and step, read from each worker's interface counters on the
+simulated cluster (bench/netsim.py), for each communication method at np=2 and np=4.
+
+    sudo .venv/bin/python bench/wire_bytes.py            # WideMLP (12.6M parameters), 1 Gbit/s
+    sudo .venv/bin/python bench/wire_bytes.py --quick    # np=2 only
+
+Writes bench/results/wire_bytes.json (cached per cell: a re-run skips finished cells; --fresh
+starts over). Targets (issue 4, np=4): TopK 1% and OneBit two-phase at least 20x fewer bytes
+than dense fp32; OneBit two-phase per-worker bytes at np=4 within 1.3x of np=2.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import ResultCache, progress  # noqa: E402
+from netsim import Cluster, unavailable  # noqa: E402
+
+METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "onebit:communication=allgather", "adacomp"]
+
+
+def measure(workers: int, compression: str, model: str, rate_mbit: float | None, steps: int) -> dict:
+    with Cluster(workers, rate_mbit) as cluster:
+        outputs = cluster.run([sys.executable, os.path.join(HERE, "cluster_worker.py"),
+                               "--model", model, "--compression", compression,
+                               "--steps", str(steps)], timeout=900)
+    ranks = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    return {"tx_bytes_per_step": statistics.mean(r["tx_bytes_per_step"] for r in ranks),
+            "rx_bytes_per_step": statistics.mean(r["rx_bytes_per_step"] for r in ranks),
+            "samples_per_s": ranks[0]["samples_per_s"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="np=2 only")
+    parser.add_argument("--fresh", action="store_true", help="ignore cached cells")
+    parser.add_argument("--model", default="widemlp")
+    parser.add_argument("--rate-mbit", type=float, default=1000)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    reason = unavailable()
+    if reason:
+        sys.exit(f"wire_bytes: can't run: {reason}")
+    cache = ResultCache("wire_bytes")
+    if args.fresh:
+        cache.data["cells"] = {}
+    cells = [(np_, m) for np_ in ([2] if args.quick else [2, 4]) for m in METHODS]
+    for done, (workers, method) in enumerate(cells):
+        key = f"{args.model}|np={workers}|{method}|{args.rate_mbit}mbit"
+        progress(done, len(cells), key)
+        if cache.get(key) is None:
+            cache.put(key, {"model": args.model, "np": workers, "method": method,
+                            "rate_mbit": args.rate_mbit,
+                            **measure(workers, method, args.model, args.rate_mbit, args.steps)})
+        cell = cache.get(key)
+        print(f"    tx {cell['tx_bytes_per_step'] / 1e6:8.2f} MB/step  rx {cell['rx_bytes_per_step'] / 1e6:8.2f} MB/step")
+    progress(len(cells), len(cells), "done")
+
+
+if __name__ == "__main__":
+    main()
