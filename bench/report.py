@@ -54,7 +54,45 @@ def kernels_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"kernels": kernels_table}
+def wire_bytes_table(result: dict) -> str:
+    rates = sorted({c["rate_mbit"] for c in result["cells"].values()}, reverse=True)
+    return "\n\n".join(_wire_bytes_at(result, rate) for rate in rates)
+
+
+def _wire_bytes_at(result: dict, rate: float) -> str:
+    cells = [c for c in result["cells"].values() if c["rate_mbit"] == rate]
+    sizes = sorted({c["np"] for c in cells})
+    dense = {c["np"]: c["tx_bytes_per_step"] for c in result["cells"].values() if c["method"] == "none"}
+    lines = ["| method | " + " | ".join(f"np={p} MB sent/step | fewer than dense | samples/s"
+                                        for p in sizes) + " |",
+             "|---" * (1 + 3 * len(sizes)) + "|"]
+    for method in dict.fromkeys(c["method"] for c in cells):
+        row = []
+        for p in sizes:
+            cell = next((c for c in cells if c["method"] == method and c["np"] == p), None)
+            row += (["", "", ""] if cell is None else
+                    [f"{cell['tx_bytes_per_step'] / 1e6:.2f}",
+                     f"{dense[p] / cell['tx_bytes_per_step']:.1f}x",
+                     f"{cell['samples_per_s']:.0f}"])
+        lines.append(f"| `{method}` | " + " | ".join(row) + " |")
+    first = cells[0]
+    lines += ["", f"Model `{first['model']}`, links at {first['rate_mbit']:g} Mbit/s; bytes are "
+              "each worker's interface tx counter (mean over workers), by `bench/wire_bytes.py`."]
+    return "\n".join(lines)
+
+
+def small_tensors_table(result: dict) -> str:
+    cells = sorted(result["cells"].values(), key=lambda c: c["min_numel"])
+    lines = ["| min_numel | samples/s | MB sent/step |", "|---|---|---|"]
+    lines += [f"| {c['min_numel']} | {c['samples_per_s']:.1f} | {c['tx_bytes_per_step'] / 1e6:.2f} |"
+              for c in cells]
+    lines += ["", f"ResNet-18, np=2, `{cells[0]['method']}`, links at {cells[0]['rate_mbit']:g} "
+              "Mbit/s, by `bench/small_tensors.py`."]
+    return "\n".join(lines)
+
+
+TABLES = {"kernels": kernels_table, "wire_bytes": wire_bytes_table,
+          "small_tensors": small_tensors_table}
 
 
 def main() -> None:

@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--model", default="widemlp")
     parser.add_argument("--rate-mbit", type=float, default=1000)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--methods", nargs="+", default=METHODS, metavar="SPEC")
     args = parser.parse_args()
     reason = unavailable()
     if reason:
@@ -47,7 +48,7 @@ def main() -> None:
     cache = ResultCache("wire_bytes")
     if args.fresh:
         cache.data["cells"] = {}
-    cells = [(np_, m) for np_ in ([2] if args.quick else [2, 4]) for m in METHODS]
+    cells = [(np_, m) for np_ in ([2] if args.quick else [2, 4]) for m in args.methods]
     for done, (workers, method) in enumerate(cells):
         key = f"{args.model}|np={workers}|{method}|{args.rate_mbit}mbit"
         progress(done, len(cells), key)

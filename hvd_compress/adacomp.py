@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .compressor import Compressor
+from .compressor import Compressor, is_int, require
 from .kernels import arrays
 
 CONV_BIN, FC_BIN = 50, 500
@@ -39,8 +39,8 @@ class AdaComp(Compressor):
 
     def __init__(self, *, bin_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if bin_size is not None and (not isinstance(bin_size, int) or bin_size < 1):
-            raise ValueError(f"bin_size must be an int >= 1 or None, got {bin_size!r}")
+        require(bin_size is None or (is_int(bin_size) and bin_size >= 1),
+                "bin_size", "an int >= 1 or None", bin_size)
         self.bin_size = bin_size
 
     def options(self) -> dict[str, Any]:

@@ -20,6 +20,21 @@ from .memory import NoMemory, ResidualMemory
 COMPRESSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def require(ok: bool, argument: str, allowed: str, value: Any) -> None:
+    """Raises the ValueError a bad constructor argument gets: its name, what is allowed, what
+    was given."""
+    if not ok:
+        raise ValueError(f"{argument} must be {allowed}, got {value!r}")
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def one_of(argument: str, value: Any, allowed: tuple) -> None:
+    require(value in allowed, argument, f"one of {allowed}", value)
+
+
 class Compressor:
     #: the name ``from_spec`` knows this method by
     name = "base"
@@ -27,6 +42,8 @@ class Compressor:
     communication = "allgather"
 
     def __init__(self, *, error_feedback: bool = True, min_numel: int = 1024) -> None:
+        require(isinstance(error_feedback, bool), "error_feedback", "True or False", error_feedback)
+        require(is_int(min_numel) and min_numel >= 0, "min_numel", "an int >= 0", min_numel)
         self.error_feedback = error_feedback
         self.min_numel = min_numel
         self.memory = ResidualMemory() if error_feedback else NoMemory()
@@ -50,7 +67,7 @@ class Compressor:
         """Dense floating-point gradients of at least ``min_numel`` elements are compressed;
         smaller ones (biases, norm layers) and other dtypes go through Horovod's dense path."""
         return (grad.layout == torch.strided and grad.dtype in COMPRESSIBLE_DTYPES
-                and grad.numel() >= self.min_numel)
+                and grad.numel() >= max(1, self.min_numel))
 
     def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
         """Compresses ``acc`` (flat fp32, gradient + residual) into a uint8 payload and subtracts
@@ -71,6 +88,20 @@ class Compressor:
         """The ``from_spec`` string that rebuilds this compressor."""
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.options().items()))
         return f"{self.name}:{opts}"
+
+    # --- training state -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The residuals (training state: unsent gradient) by parameter name, the two-phase
+        allreduce's server-side ones as ``NAME#server``; save it with the model and optimizer."""
+        return {"spec": self.spec(),
+                "residuals": {k: v.detach().clone() for k, v in self.memory.residuals().items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what ``state_dict`` saved. Residuals whose size no longer fits (another
+        world size for server residuals) are dropped at their next use and start from zero."""
+        if state.get("spec") != self.spec():
+            raise ValueError(f"state_dict is for {state.get('spec')!r}, this is {self.spec()!r}")
+        self.memory.load(state["residuals"])
 
     # --- accounting --------------------------------------------------------------------------
     def _count(self, name: str | None, numel: int, sent: int) -> None:

@@ -63,8 +63,41 @@ def _adasum_init(self, params, named_parameters, compression, *args, **kwargs):
     _horovod_adasum_init(self, params, named_parameters, compression, *args, **kwargs)
 
 
+def _describe(compression) -> str:
+    if isinstance(compression, Compressor):
+        return compression.spec()
+    return getattr(compression, "__name__", type(compression).__name__)
+
+
+def _check_agreement(self) -> None:
+    """Once per optimizer, before its first collective: every rank must use the same
+    compression and the same parameter names, shapes and dtypes. A rank that differs would
+    otherwise take another path for some tensor and every rank would wait forever on a
+    collective the others never start; instead every rank raises a ValueError naming the
+    difference. Runs over the global process set (Horovod 0.28.1's allgather_object knows no
+    other), so optimizers on a smaller process set are not checked."""
+    self._hvd_compress_checked = True
+    if self.process_set != hvd.global_process_set:
+        return
+    mine = {"compression": _describe(self._compression),
+            "parameters": sorted((name, tuple(p.shape), str(p.dtype))
+                                 for p, name in self._parameter_names.items() if p.requires_grad)}
+    everyone = hvd.allgather_object(mine, name="hvd_compress.agreement")
+    for rank, theirs in enumerate(everyone):
+        if theirs["compression"] != everyone[0]["compression"]:
+            raise ValueError(f"hvd_compress: ranks disagree on compression=: rank 0 uses "
+                             f"{everyone[0]['compression']!r}, rank {rank} uses "
+                             f"{theirs['compression']!r}; every rank must pass the same one")
+        if theirs["parameters"] != everyone[0]["parameters"]:
+            differing = sorted(set(theirs["parameters"]) ^ set(everyone[0]["parameters"]))
+            raise ValueError(f"hvd_compress: ranks disagree on the model: rank 0 and rank {rank} "
+                             f"differ in parameters (name, shape, dtype) {differing[:4]}")
+
+
 @functools.wraps(_horovod_allreduce_grad_async)
 def _allreduce_grad_async(self, p):
+    if not getattr(self, "_hvd_compress_checked", False):
+        _check_agreement(self)
     compressor = self._compression
     if not isinstance(compressor, Compressor):
         return _horovod_allreduce_grad_async(self, p)

@@ -20,7 +20,9 @@ class ResidualMemory:
     def _buffer(self, name: str, like: torch.Tensor) -> tuple[torch.Tensor, bool]:
         with self._lock:
             buf = self._buffers.get(name)
-            fresh = buf is None or buf.numel() != like.numel() or buf.device != like.device
+            if buf is not None and buf.device != like.device and buf.numel() == like.numel():
+                buf = self._buffers[name] = buf.to(like.device)  # e.g. loaded from a CPU checkpoint
+            fresh = buf is None or buf.numel() != like.numel()
             if fresh:
                 buf = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
                 self._buffers[name] = buf
@@ -35,6 +37,12 @@ class ResidualMemory:
     def residuals(self) -> dict[str, torch.Tensor]:
         with self._lock:
             return dict(self._buffers)
+
+    def load(self, residuals: dict[str, torch.Tensor]) -> None:
+        """Replaces every residual by a copy of the given ones (fp32, flat)."""
+        with self._lock:
+            self._buffers = {name: r.detach().to(torch.float32).reshape(-1).clone()
+                             for name, r in residuals.items()}
 
 
 class NoMemory(ResidualMemory):

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .compressor import Compressor
+from .compressor import Compressor, one_of
 from .kernels import arrays
 
 SCALINGS = ("means", "l1")
@@ -39,12 +39,9 @@ class OneBit(Compressor):
     def __init__(self, *, scaling: str = "means", granularity: str = "tensor",
                  communication: str = "twophase", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if communication not in COMMUNICATIONS:
-            raise ValueError(f"communication must be one of {COMMUNICATIONS}, got {communication!r}")
-        if scaling not in SCALINGS:
-            raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
-        if granularity not in GRANULARITIES:
-            raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+        one_of("scaling", scaling, SCALINGS)
+        one_of("granularity", granularity, GRANULARITIES)
+        one_of("communication", communication, COMMUNICATIONS)
         self.scaling = scaling
         self.granularity = granularity
         self.communication = communication

@@ -48,7 +48,9 @@ def from_spec(spec: str) -> Any:
         if not eq or not key.strip():
             raise ValueError(f"malformed option {item!r} in spec {spec!r}; expected KEY=VALUE")
         kwargs[key.strip()] = _value(value.strip())
-    try:
-        return COMPRESSORS[name](**kwargs)
-    except TypeError as err:
-        raise ValueError(f"bad option in spec {spec!r}: {err}") from None
+    options = sorted(COMPRESSORS[name]().options())
+    unknown = sorted(set(kwargs) - set(options))
+    if unknown:
+        raise ValueError(f"unknown option {unknown[0]!r} for {name} in spec {spec!r}; "
+                         f"options: {', '.join(options)}")
+    return COMPRESSORS[name](**kwargs)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .compressor import Compressor
+from .compressor import Compressor, one_of, require
 from .kernels import arrays
 
 SELECTIONS = ("sampled", "exact")
@@ -32,8 +32,9 @@ class TopK(Compressor):
 
     def __init__(self, ratio: float = 0.01, *, selection: str = "sampled", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if selection not in SELECTIONS:
-            raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+        require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1,
+                "ratio", "a number in (0, 1]", ratio)  # NaN fails the comparison too
+        one_of("selection", selection, SELECTIONS)
         self.ratio = ratio
         self.selection = selection
 

@@ -26,7 +26,14 @@ def test_from_spec_builds_configured_compressors():
     ("onebit:scaling=l2", "scaling must be one of"),
     ("adacomp:bin_size=0", "bin_size must be an int >= 1"),
     ("topk:ratio", "expected KEY=VALUE"),
-    ("topk:bogus=1", "bogus"),
+    ("topk:bogus=1", "unknown option 'bogus' for topk .* options: error_feedback, min_numel, ratio"),
+    ("topk:ratio=0", r"ratio must be a number in \(0, 1\], got 0"),
+    ("topk:ratio=nan", r"ratio must be a number in \(0, 1\], got nan"),
+    ("topk:ratio=1.5", r"ratio must be a number in \(0, 1\]"),
+    ("topk:ratio=abc", r"ratio must be a number in \(0, 1\], got 'abc'"),
+    ("topk:min_numel=-1", "min_numel must be an int >= 0"),
+    ("onebit:error_feedback=1", "error_feedback must be True or False, got 1"),
+    ("adacomp:bin_size=2.5", "bin_size must be an int >= 1 or None, got 2.5"),
     ("topk:selection=fastest", "selection must be one of"),
 ])
 def test_from_spec_rejects_bad_specs(spec, message):
@@ -70,8 +77,18 @@ def test_frames_of_different_lengths_split_back():
     bodies = [torch.arange(n, dtype=torch.uint8) for n in (0, 5, 8, 13)]
     tag = framing.tag_of("topk", 100)
     gathered = torch.cat([framing.frame(b, tag) for b in bodies])
-    for got, want in zip(framing.unframe(gathered, tag, 4, "w"), bodies):
-        assert torch.equal(got, want)
+    got, finite = framing.unframe(gathered, tag, 4, "w")
+    assert finite
+    for part, want in zip(got, bodies):
+        assert torch.equal(part, want)
+
+
+def test_a_non_finite_frame_is_flagged():
+    tag = framing.tag_of("onebit", (10,))
+    gathered = torch.cat([framing.frame(torch.ones(3, dtype=torch.uint8), tag),
+                          framing.frame(torch.empty(0, dtype=torch.uint8), tag, finite=False)])
+    bodies, finite = framing.unframe(gathered, tag, 2, "w")
+    assert not finite and [b.numel() for b in bodies] == [3, 0]
 
 
 def test_frames_from_a_differently_configured_rank_are_refused():

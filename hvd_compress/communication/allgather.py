@@ -26,13 +26,28 @@ class Wait:
         return self._result
 
 
+def compensated(compressor: Compressor, name: str, grad: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(grad + residual, whether grad is finite). A gradient holding NaN or Inf clears the
+    residual, which would otherwise carry the poison into every later step; its rank sends a
+    flagged empty payload and every rank's aggregate for that tensor is NaN this step."""
+    finite = bool(torch.isfinite(grad).all())
+    acc = compressor.memory.compensate(name, grad)
+    if not finite:
+        acc.zero_()
+    return acc, finite
+
+
+def encoded(compressor: Compressor, acc: torch.Tensor, grad: torch.Tensor, finite: bool) -> torch.Tensor:
+    return compressor.encode(acc, grad) if finite else torch.empty(0, dtype=torch.uint8, device=acc.device)
+
+
 def start(compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
           process_set: hvd.ProcessSet) -> Wait:
     """Compresses ``grad`` and starts its allgather; the returned handle yields the aggregate
     (sum, or mean when ``average``) in ``grad``'s shape and dtype."""
-    acc = compressor.memory.compensate(name, grad)
+    acc, finite = compensated(compressor, name, grad)
     tag = framing.tag_of(compressor.spec(), tuple(grad.shape))
-    payload = framing.frame(compressor.encode(acc, grad), tag)
+    payload = framing.frame(encoded(compressor, acc, grad, finite), tag, finite)
     compressor._count(name, grad.numel(), payload.numel())
     handle = hvd.allgather_async(payload, name=f"hvd_compress.{name}", process_set=process_set)
 
@@ -40,7 +55,10 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
         gathered = hvd.synchronize(handle)
         ranks = process_set.size()
         total = torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
-        for body in framing.unframe(gathered, tag, ranks, repr(name)):
+        bodies, all_finite = framing.unframe(gathered, tag, ranks, repr(name))
+        if not all_finite:
+            return torch.full_like(grad, float("nan"))
+        for body in bodies:
             compressor.decode_add(body, total, grad.shape)
         if average:
             total.div_(ranks)

@@ -38,10 +38,10 @@ class _Reduction:
         self.average, self.process_set = average, process_set
         self.ranks = process_set.size()
         self.bounds = chunk_bounds(grad.numel(), self.ranks)
-        acc = compressor.memory.compensate(name, grad)
+        acc, finite = allgather.compensated(compressor, name, grad)
         self.tag = framing.tag_of(compressor.spec(), tuple(grad.shape), "twophase")
-        frames = [framing.frame(compressor.encode(acc[lo:hi], acc[lo:hi]), self.tag)
-                  for lo, hi in self.bounds]
+        frames = [framing.frame(allgather.encoded(compressor, acc[lo:hi], acc[lo:hi], finite),
+                                self.tag, finite) for lo, hi in self.bounds]
         self.sent = sum(f.numel() for f in frames)
         self.phase1 = hvd.alltoall_async(
             torch.cat(frames), splits=torch.tensor([f.numel() for f in frames], dtype=torch.int32),
@@ -53,12 +53,16 @@ class _Reduction:
         received, _ = hvd.synchronize(self.phase1)
         lo, hi = self.bounds[self.process_set.rank()]
         mine = torch.zeros(hi - lo, dtype=torch.float32, device=self.grad.device)
-        for body in framing.unframe(received, self.tag, self.ranks, repr(self.name)):
+        bodies, finite = framing.unframe(received, self.tag, self.ranks, repr(self.name))
+        for body in bodies if finite else ():
             self.compressor.decode_add(body, mine, mine.shape)
         if self.average:
             mine.div_(self.ranks)
-        server = self.compressor.memory.compensate(f"{self.name}#server", mine)
-        reduced = framing.frame(self.compressor.encode(server, server), self.tag)
+        body = torch.empty(0, dtype=torch.uint8, device=mine.device)
+        if finite:  # else the server residual stays as it was, clean
+            server = self.compressor.memory.compensate(f"{self.name}#server", mine)
+            body = self.compressor.encode(server, server)
+        reduced = framing.frame(body, self.tag, finite)
         self.sent += reduced.numel()
         self.phase2 = hvd.allgather_async(reduced, name=f"hvd_compress.{self.name}.gather",
                                           process_set=self.process_set)
@@ -66,9 +70,11 @@ class _Reduction:
     def result(self) -> torch.Tensor:
         gathered = hvd.synchronize(self.phase2)
         self.compressor._count(self.name, self.grad.numel(), self.sent)
+        bodies, finite = framing.unframe(gathered, self.tag, self.ranks, repr(self.name))
+        if not finite:
+            return torch.full_like(self.grad, float("nan"))
         total = torch.zeros(self.grad.numel(), dtype=torch.float32, device=self.grad.device)
-        for (lo, hi), body in zip(self.bounds,
-                                  framing.unframe(gathered, self.tag, self.ranks, repr(self.name))):
+        for (lo, hi), body in zip(self.bounds, bodies):
             self.compressor.decode_add(body, total[lo:hi], total[lo:hi].shape)
         return total.view(self.grad.shape).to(self.grad.dtype)
 

@@ -1,0 +1,189 @@
+"""Failure behaviour on gloo workers: non-finite gradients, odd gradients, ranks that disagree,
+checkpoint and resume."""
+import functools
+
+import pytest
+import torch
+
+import hvd_compress as hc
+from harness import run_workers
+
+SPECS = ["topk:ratio=0.01", "onebit", "adacomp"]
+
+
+def _optimizer(params: dict, compression):
+    import horovod.torch as hvd
+
+    return hvd.DistributedOptimizer(torch.optim.SGD(params.values(), lr=0.0),
+                                    named_parameters=params.items(), compression=compression)
+
+
+def _non_finite(spec: str) -> dict:
+    """Rank 1's gradient holds a NaN at step 0 only."""
+    import horovod.torch as hvd
+
+    w = torch.nn.Parameter(torch.zeros(5000))
+    compressor = hc.from_spec(spec)
+    optimizer = _optimizer({"w": w}, compressor)
+    found = {}
+    for step in range(3):
+        g = torch.randn(5000, generator=torch.Generator().manual_seed(step))
+        if step == 0 and hvd.rank() == 1:
+            g[123] = float("nan")
+        optimizer.zero_grad()
+        (w * g).sum().backward()
+        optimizer.step()
+        found[step] = {"all_nan": bool(w.grad.isnan().all()), "finite": bool(w.grad.isfinite().all())}
+    found["residuals_finite"] = all(bool(r.isfinite().all()) for r in compressor.memory.residuals().values())
+    return found
+
+
+def _odd_gradients() -> dict:
+    """A 0-d, an fp64, an empty and a non-contiguous gradient next to a compressed one."""
+    import horovod.torch as hvd
+
+    params = {"scalar": torch.nn.Parameter(torch.zeros(())),
+              "double": torch.nn.Parameter(torch.zeros(3000, dtype=torch.float64)),
+              "empty": torch.nn.Parameter(torch.zeros(0, 4)),
+              "matrix": torch.nn.Parameter(torch.zeros(60, 50))}
+    optimizer = _optimizer(params, hc.TopK(0.01, min_numel=0))
+    grads = {"scalar": torch.tensor(2.0 + hvd.rank()), "double": torch.ones(3000, dtype=torch.float64),
+             "empty": torch.zeros(0, 4), "matrix": torch.randn(50, 60).t()}  # non-contiguous
+    for name, p in params.items():
+        p.grad = grads[name]
+    optimizer.synchronize()
+    with optimizer.skip_synchronize():
+        optimizer.step()
+    return {name: (tuple(p.grad.shape), str(p.grad.dtype), float(p.grad.float().sum()))
+            for name, p in params.items()}
+
+
+def _disagreement(case: str) -> str:
+    import horovod.torch as hvd
+
+    rank = hvd.rank()
+    compression = {"ratio": hc.TopK(0.01 if rank == 0 else 0.02),
+                   "none_vs_topk": hc.TopK() if rank == 0 else hvd.Compression.none}.get(case, hc.TopK())
+    w = torch.nn.Parameter(torch.zeros(5000 if case != "shape" or rank == 0 else 5001))
+    optimizer = _optimizer({f"{case}.w": w}, compression)
+    try:
+        (w * torch.ones_like(w)).sum().backward()
+        optimizer.step()
+        return "no error"
+    except Exception as err:  # noqa: BLE001  (the test asserts on the message)
+        return f"{type(err).__name__}: {err}"
+
+
+def _resume_digest(spec: str, steps: int, interrupt: bool) -> str:
+    """Trains LeNet-5 for ``steps`` steps; with ``interrupt``, rebuilds everything from a
+    checkpoint taken half-way."""
+    import copy
+
+    import horovod.torch as hvd
+    import torch.nn.functional as F
+
+    from harness import parameters_digest
+    from models import LeNet5
+
+    def build(state=None):
+        torch.manual_seed(0)
+        model = LeNet5()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        compressor = hc.from_spec(spec)
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             compression=compressor)
+        if state:  # into the wrapped optimizer: Horovod's wrapper starts from empty state
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            compressor.load_state_dict(state["compressor"])
+        return model, optimizer, compressor
+
+    model, optimizer, compressor = build()
+    for step in range(steps):
+        if interrupt and step == steps // 2:
+            state = copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                   "compressor": compressor.state_dict()})
+            model, optimizer, compressor = build(state)
+        data = torch.Generator().manual_seed(100 * step + hvd.rank())
+        x, y = torch.randn(16, 1, 28, 28, generator=data), torch.randint(0, 10, (16,), generator=data)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    return parameters_digest(model)
+
+
+def all_checks() -> dict:
+    import horovod.torch as hvd
+
+    hvd.init()
+    torch.set_num_threads(1)
+    return {"non_finite": {spec: _non_finite(spec) for spec in SPECS},
+            "odd": _odd_gradients(),
+            "disagreement": {case: _disagreement(case) for case in ("ratio", "none_vs_topk", "shape")},
+            "resume": {spec: (_resume_digest(spec, 8, False), _resume_digest(spec, 8, True))
+                       for spec in ("topk:ratio=0.01", "onebit")}}
+
+
+@functools.cache
+def findings() -> list[dict]:
+    return run_workers(all_checks, 2)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_non_finite_gradients_reach_the_update_and_leave_no_poison(spec):
+    for rank in findings():
+        found = rank["non_finite"][spec]
+        assert found[0]["all_nan"], "every rank sees the step's NaN"
+        assert found[1]["finite"] and found[2]["finite"], "later steps are clean"
+        assert found["residuals_finite"]
+
+
+def test_odd_gradients_take_the_dense_path_or_work():
+    for rank in findings():
+        odd = rank["odd"]
+        assert odd["scalar"] == ((), "torch.float32", 2.5)
+        assert odd["double"] == ((3000,), "torch.float64", 3000.0)
+        assert odd["empty"][:2] == ((0, 4), "torch.float32")
+        assert odd["matrix"][:2] == ((60, 50), "torch.float32")
+
+
+@pytest.mark.parametrize("case, message", [
+    ("ratio", "ranks disagree on compression=: rank 0 uses 'topk:.*ratio=0.01.*', rank 1 uses 'topk:.*ratio=0.02"),
+    ("none_vs_topk", "ranks disagree on compression=: rank 0 uses 'topk:.*', rank 1 uses 'NoneCompressor'"),
+    ("shape", r"ranks disagree on the model: .*shape.*\('shape.w', \(5000,\)"),
+])
+def test_ranks_that_disagree_get_a_clear_error_not_a_hang(case, message):
+    import re
+
+    for rank in findings():
+        assert rank["disagreement"][case].startswith("ValueError"), rank["disagreement"][case]
+        assert re.search(message, rank["disagreement"][case]), rank["disagreement"][case]
+
+
+@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "onebit"])
+def test_resume_from_checkpoint_is_bitwise_identical(spec):
+    for rank in findings():
+        uninterrupted, resumed = rank["resume"][spec]
+        assert uninterrupted == resumed
+
+
+def test_compressible_dtypes_and_layouts():
+    c = hc.TopK(min_numel=0)
+    assert c.compressible(torch.zeros(10))
+    assert c.compressible(torch.zeros(10, dtype=torch.bfloat16))
+    assert not c.compressible(torch.zeros(10, dtype=torch.int64))
+    assert not c.compressible(torch.zeros(10, dtype=torch.complex64))
+    assert not c.compressible(torch.zeros(10, dtype=torch.float64))
+    assert not c.compressible(torch.zeros(10).to_sparse())
+    assert not c.compressible(torch.zeros(0))
+
+
+def test_state_dict_round_trip_and_mismatch():
+    c = hc.TopK()
+    c.memory.compensate("w", torch.ones(10))
+    state = c.state_dict()
+    d = hc.TopK()
+    d.load_state_dict(state)
+    assert torch.equal(d.memory.residuals()["w"], torch.ones(10))
+    with pytest.raises(ValueError, match="state_dict is for"):
+        hc.TopK(0.5).load_state_dict(state)
