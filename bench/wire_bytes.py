@@ -19,7 +19,8 @@ sys.path.insert(0, HERE)
 from common import ResultCache, progress  # noqa: E402
 from netsim import Cluster, unavailable  # noqa: E402
 
-METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "onebit:communication=allgather", "adacomp"]
+METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit:communication=twophase",
+           "onebit:communication=allgather", "adacomp"]
 
 
 def measure(workers: int, compression: str, model: str, rate_mbit: float | None, steps: int) -> dict:

@@ -28,7 +28,7 @@ def test_compressed_payloads_are_what_crosses_the_wire():
     dense = tx_bytes_per_step("none")
     assert dense > 4 * 12.5e6 * 0.9  # a ring allreduce of 12.6M fp32 sends about n*4 bytes at np=2
     assert tx_bytes_per_step("topk:ratio=0.01") < dense / 20
-    assert tx_bytes_per_step("onebit") < dense / 20
+    assert tx_bytes_per_step("onebit:communication=twophase") < dense / 20
 
 
 def test_namespaces_are_torn_down():

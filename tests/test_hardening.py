@@ -8,7 +8,7 @@ import torch
 import hvd_compress as hc
 from harness import run_workers
 
-SPECS = ["topk:ratio=0.01", "onebit", "adacomp"]
+SPECS = ["topk:ratio=0.01", "onebit", "onebit:communication=twophase", "adacomp"]
 
 
 def _optimizer(params: dict, compression):
@@ -121,7 +121,7 @@ def all_checks() -> dict:
             "odd": _odd_gradients(),
             "disagreement": {case: _disagreement(case) for case in ("ratio", "none_vs_topk", "shape")},
             "resume": {spec: (_resume_digest(spec, 8, False), _resume_digest(spec, 8, True))
-                       for spec in ("topk:ratio=0.01", "onebit")}}
+                       for spec in ("topk:ratio=0.01", "onebit:communication=twophase")}}
 
 
 @functools.cache
@@ -160,7 +160,7 @@ def test_ranks_that_disagree_get_a_clear_error_not_a_hang(case, message):
         assert re.search(message, rank["disagreement"][case]), rank["disagreement"][case]
 
 
-@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "onebit"])
+@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "onebit:communication=twophase"])
 def test_resume_from_checkpoint_is_bitwise_identical(spec):
     for rank in findings():
         uninterrupted, resumed = rank["resume"][spec]

@@ -9,8 +9,8 @@ import pytest
 
 from harness import run_workers
 
-SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit",
-         "onebit:scaling=l1,granularity=column,communication=allgather", "adacomp"]
+SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit:communication=twophase",
+         "onebit:scaling=l1,granularity=column", "adacomp"]
 SHAPES = {"w": (64, 100), "v": (30, 70), "b": (16,)}  # b is small: Horovod's dense path
 
 
