@@ -6,7 +6,7 @@
 Importing this package installs the hook that lets these compressors' payloads cross the
 network compressed (see ``horovod_hook``); Horovod's own compressors behave as before.
 """
-from . import horovod_hook
+from . import elastic, horovod_hook
 from .adacomp import AdaComp
 from .compressor import Compressor
 from .onebit import OneBit
@@ -14,6 +14,7 @@ from .spec import from_spec
 from .topk import TopK
 
 horovod_hook.install()
+elastic.install()
 
 __all__ = ["AdaComp", "Compressor", "OneBit", "TopK", "from_spec"]
 __version__ = "0.1.0"

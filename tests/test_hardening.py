@@ -1,6 +1,7 @@
 """Failure behaviour on gloo workers: non-finite gradients, odd gradients, ranks that disagree,
 checkpoint and resume."""
 import functools
+import os
 
 import pytest
 import torch
@@ -187,3 +188,90 @@ def test_state_dict_round_trip_and_mismatch():
     assert torch.equal(d.memory.residuals()["w"], torch.ones(10))
     with pytest.raises(ValueError, match="state_dict is for"):
         hc.TopK(0.5).load_state_dict(state)
+
+
+def test_elastic_state_commits_restores_and_resyncs_residuals():
+    """hvd.elastic.TorchState picks the compressor up through our handler, as it does models
+    and optimizers (in-process: the handler's save/restore/sync; a live world-size change is
+    not exercised here)."""
+    from horovod.torch.elastic.state import _get_handler
+
+    from hvd_compress.elastic import CompressorStateHandler
+
+    compressor = hc.OneBit(communication="twophase")
+    compressor.memory.compensate("w", torch.ones(10))
+    compressor.memory.compensate("w#server", torch.ones(5))
+    handler = _get_handler(compressor)  # what TorchState(compressor=compressor) uses
+    assert isinstance(handler, CompressorStateHandler)
+    handler.save()  # commit
+    compressor.memory.compensate("w", torch.ones(10))  # a step that is then rolled back
+    handler.restore()
+    assert torch.equal(compressor.memory.residuals()["w"], torch.ones(10))
+    handler.sync()  # after a world-size change: own residuals kept, server residuals dropped
+    assert sorted(compressor.memory.residuals()) == ["w"]
+
+
+SOAK_STEPS = int(os.environ.get("HVD_COMPRESS_SOAK_STEPS", "300"))  # 2000 for the full soak
+
+
+def _kernel_specializations() -> int:
+    """Compiled signatures across all CPU kernels (serial and parallel builds)."""
+    import importlib
+
+    count = 0
+    for name in ("topk_cpu", "onebit_cpu", "adacomp_cpu"):
+        module = importlib.import_module(f"hvd_compress.kernels.{name}")
+        for obj in vars(module).values():
+            for dispatcher in (obj, getattr(obj, "serial", None), getattr(obj, "parallel", None)):
+                count += len(getattr(dispatcher, "signatures", ()))
+    return count
+
+
+def _soak(spec: str, steps: int) -> dict:
+    """LeNet-5 for ``steps`` steps; resident memory, residuals and kernel specializations
+    after a quarter of the run (warm) and at the end."""
+    import horovod.torch as hvd
+    import psutil
+    import torch.nn.functional as F
+
+    from models import LeNet5
+
+    torch.manual_seed(0)
+    model = LeNet5()
+    compressor = hc.from_spec(spec)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                         named_parameters=model.named_parameters(), compression=compressor)
+    marks = {}
+    for step in range(steps):
+        data = torch.Generator().manual_seed(step % 50)
+        x, y = torch.randn(16, 1, 28, 28, generator=data), torch.randint(0, 10, (16,), generator=data)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        if step in (steps // 4, steps - 1):
+            marks["warm" if step < steps - 1 else "end"] = {
+                "rss": psutil.Process().memory_info().rss, "residuals": len(compressor.memory.residuals()),
+                "specializations": _kernel_specializations()}
+    return marks
+
+
+def soak_checks(steps: int) -> dict:
+    import horovod.torch as hvd
+
+    hvd.init()
+    torch.set_num_threads(1)
+    return {spec: _soak(spec, steps) for spec in SPECS}
+
+
+@functools.cache
+def soak_findings() -> list[dict]:
+    return run_workers(soak_checks, 2, SOAK_STEPS)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_long_runs_stay_bounded(spec):
+    for rank in soak_findings():
+        warm, end = rank[spec]["warm"], rank[spec]["end"]
+        assert end["rss"] <= 1.05 * warm["rss"], (warm["rss"], end["rss"])
+        assert end["residuals"] == warm["residuals"] <= 6  # 3 compressed layers (+ server parts)
+        assert end["specializations"] == warm["specializations"]

@@ -1,0 +1,36 @@
+"""Horovod elastic support: ``hvd.elastic.TorchState(model, optimizer, compressor=compressor)``
+commits and restores the compressor's residuals with the rest of the state.
+
+Policy when the world size changes (``sync``): each rank keeps its own worker residuals, since a
+rank's residual is gradient it computed and has not sent yet and dropping it loses that signal;
+the two-phase allreduce's server residuals are dropped, because they belong to chunks of the old
+world's partition, which no longer exists (their sum is at most one step's compression error).
+Ranks that join start with empty residuals. Residuals are never broadcast: they are per rank by
+definition.
+"""
+from horovod.torch.elastic import state as elastic_state
+
+from .compressor import Compressor
+
+
+class CompressorStateHandler(elastic_state.StateHandler):
+    def __init__(self, value: Compressor) -> None:
+        super().__init__(value)
+        self.save()
+
+    def save(self) -> None:
+        self._saved = self.value.state_dict()
+
+    def restore(self) -> None:
+        self.value.load_state_dict(self._saved)
+
+    def sync(self) -> None:
+        residuals = self.value.memory.residuals()
+        self.value.memory.load({k: v for k, v in residuals.items() if not k.endswith("#server")})
+        self.save()
+
+
+def install() -> None:
+    registry = elastic_state.get_handler_registry()
+    if not any(handler is CompressorStateHandler for _, handler in registry):
+        elastic_state.set_handler_registry([*registry, (Compressor, CompressorStateHandler)])
