@@ -51,17 +51,18 @@ def _partial_sums(acc, groups):
 
 
 @serial_and_parallel
-def _pack(acc, low, high, bits):
-    n = acc.size
+def _bits(values, bits, low, high, pack):
+    """pack: set bits from the signs of ``values`` and subtract the rebuilt values from them;
+    else: add the values that ``bits`` rebuild to ``values``."""
     groups = low.size
     step = (bits.size + _CHUNKS - 1) // _CHUNKS  # in bytes
     for c in prange(_CHUNKS):
-        chunk = acc[8 * c * step:8 * (c + 1) * step]
-        out = bits[c * step:(c + 1) * step]
+        chunk = values[8 * c * step:8 * (c + 1) * step]
+        packed = bits[c * step:(c + 1) * step]
         g = (8 * c * step) % groups
         lo, hi = low[0], high[0]
-        for b in range(out.size):
-            byte = 0
+        for b in range(packed.size):
+            byte = 0 if pack else np.int64(packed[b])
             for j in range(min(8, chunk.size - 8 * b)):
                 if groups > 1:
                     lo, hi = low[g], high[g]
@@ -69,10 +70,14 @@ def _pack(acc, low, high, bits):
                     if g == groups:
                         g = 0
                 v = chunk[8 * b + j]
-                up = v >= 0
-                byte |= up << j
-                chunk[8 * b + j] = v - (hi if up else lo)
-            out[b] = byte
+                if pack:
+                    up = v >= 0
+                    byte |= up << j
+                    chunk[8 * b + j] = v - (hi if up else lo)
+                else:
+                    chunk[8 * b + j] = v + (hi if (byte >> j) & 1 else lo)
+            if pack:
+                packed[b] = byte
 
 
 def scales(negatives: np.ndarray, non_negatives: np.ndarray, count_high: np.ndarray,
@@ -103,26 +108,10 @@ def quantize(acc: np.ndarray, groups: int, scaling: str) -> tuple[np.ndarray, np
     negatives, non_negatives, count_high = _partial_sums(acc, groups).sum(axis=0).T
     low, high = scales(negatives, non_negatives, count_high, group_sizes(acc.size, groups), scaling)
     bits = np.empty((acc.size + 7) // 8, np.uint8)
-    _pack(acc, low, high, bits)
+    _bits(acc, bits, low, high, True)
     return low, high, bits
 
 
-@serial_and_parallel
-def dequantize_add(bits, low, high, out):
+def dequantize_add(bits: np.ndarray, low: np.ndarray, high: np.ndarray, out: np.ndarray) -> None:
     """out[i] += high[g] if bit i is set else low[g], g = i % groups."""
-    groups = low.size
-    step = (bits.size + _CHUNKS - 1) // _CHUNKS  # in bytes
-    for c in prange(_CHUNKS):
-        chunk = out[8 * c * step:8 * (c + 1) * step]
-        packed = bits[c * step:(c + 1) * step]
-        g = (8 * c * step) % groups
-        lo, hi = low[0], high[0]
-        for b in range(packed.size):
-            byte = packed[b]
-            for j in range(min(8, chunk.size - 8 * b)):
-                if groups > 1:
-                    lo, hi = low[g], high[g]
-                    g += 1
-                    if g == groups:
-                        g = 0
-                chunk[8 * b + j] += hi if (byte >> j) & 1 else lo
+    _bits(out, bits, low, high, False)
