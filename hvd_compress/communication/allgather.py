@@ -54,10 +54,10 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
     def finish() -> torch.Tensor:
         gathered = hvd.synchronize(handle)
         ranks = process_set.size()
-        total = torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
         bodies, all_finite = framing.unframe(gathered, tag, ranks, repr(name))
         if not all_finite:
             return torch.full_like(grad, float("nan"))
+        total = torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
         for body in bodies:
             compressor.decode_add(body, total, grad.shape)
         if average:
