@@ -2,6 +2,7 @@
 import json
 import os
 import platform
+from typing import Callable
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -15,10 +16,10 @@ class ResultCache:
     """Results keyed by configuration, saved after each cell: an interrupted sweep re-run
     skips the finished cells."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, fresh: bool = False) -> None:
         self.path = os.path.join(RESULTS, f"{name}.json")
         self.data = {"machine": machine(), "cells": {}}
-        if os.path.exists(self.path):
+        if os.path.exists(self.path) and not fresh:
             with open(self.path) as f:
                 self.data = json.load(f)
 
@@ -31,6 +32,32 @@ class ResultCache:
         with open(self.path + ".tmp", "w") as f:
             json.dump(self.data, f, indent=1)
         os.replace(self.path + ".tmp", self.path)
+
+    def sweep(self, cells: dict[str, Callable[[], dict]], show: Callable[[dict], str]) -> None:
+        """Measures each cell not yet on record, in order, with a progress bar; each result is
+        saved as soon as it is measured."""
+        for done, (key, measure) in enumerate(cells.items()):
+            progress(done, len(cells), key)
+            if self.get(key) is None:
+                self.put(key, measure())
+            print("    " + show(self.get(key)), flush=True)
+        progress(len(cells), len(cells), "done")
+
+
+def load(name: str) -> dict | None:
+    """bench/results/NAME.json, or None if that bench has not run."""
+    path = os.path.join(RESULTS, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def longest_run(result: dict) -> list[dict]:
+    """The cells of the longest convergence run on record (a --quick run's one-epoch cells are
+    kept apart from the full run's)."""
+    epochs = max(c["epochs"] for c in result["cells"].values())
+    return [c for c in result["cells"].values() if c["epochs"] == epochs]
 
 
 def progress(done: int, total: int, label: str) -> None:

@@ -5,8 +5,8 @@ preallocated ``copy_`` of the same tensor), in one run on this machine.
     .venv/bin/python bench/kernels.py            # 1M and 25M fp32 elements
     .venv/bin/python bench/kernels.py --quick    # 1M only
 
-Writes bench/results/kernels.json (medians in ms, and ratios); ``bench/report.py`` turns it into
-the README table.
+Writes bench/results/kernels.json (medians in ms, and ratios) and kernels.png;
+``bench/report.py`` turns it into the README table.
 """
 import argparse
 import json
@@ -100,6 +100,9 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "kernels.json"), "w") as f:
         json.dump(result, f, indent=1)
+    import plots
+
+    print("wrote", *plots.kernels(result))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ each worker's link rate-limited with tc tbf, and Horovod workers launched into t
 (no horovodrun), so every worker has its own NIC and interface byte counters.
 
     with Cluster(workers=2, rate_mbit=100) as cluster:
-        outputs = cluster.run([sys.executable, "bench/cluster_worker.py", ...], timeout=300)
+        outputs = cluster.run([sys.executable, "examples/pytorch_synthetic_benchmark.py", ...],
+                              timeout=300)
 
 Needs root, iproute2 (ip netns, veth, bridge, tc tbf) and unshare. Every namespace and process
 is torn down on exit, on errors and on SIGTERM. Addresses are 10.77.0.0/24, inside the
@@ -42,7 +43,7 @@ def unavailable() -> str | None:
     """Why a cluster can't be built here, or None if it can."""
     if os.geteuid() != 0:
         return "the simulated cluster needs root (network namespaces, tc)"
-    for tool in ("ip", "tc", "unshare"):
+    for tool in ("ip", "tc", "unshare", "taskset"):
         if shutil.which(tool) is None:
             return f"the simulated cluster needs '{tool}' (Debian: iproute2, util-linux)"
     probe = f"hc-probe-{os.getpid()}"
@@ -50,6 +51,12 @@ def unavailable() -> str | None:
         return "this machine does not allow creating network namespaces"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None
+
+
+def exit_unless_available(bench: str) -> None:
+    reason = unavailable()
+    if reason:
+        sys.exit(f"{bench}: can't run: {reason}")
 
 
 def _sh(*args: str) -> None:
@@ -132,10 +139,11 @@ class Cluster:
         return int(self._rendezvous.stdout.readline())
 
     def run(self, command: Sequence[str], timeout: float) -> list[str]:
-        """Runs ``command`` as one Horovod job, one process per worker namespace; returns each
-        rank's stdout. Raises RuntimeError with the failing rank's output if any rank fails."""
+        """Runs ``command`` as one Horovod (or torch.distributed) job, one process per worker
+        namespace; returns each rank's stdout. Raises RuntimeError with the failing rank's output if any rank fails."""
         port = self._start_rendezvous()
         procs = []
+        cores = sorted(os.sched_getaffinity(0))
         for rank, (ns, address) in enumerate(zip(self.worker_ns, self.addresses)):
             env = dict(os.environ,
                        HOROVOD_GLOO_RENDEZVOUS_ADDR=f"{SUBNET}.1", HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
@@ -144,10 +152,14 @@ class Cluster:
                        HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(self.workers),
                        HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1",
                        HOROVOD_CROSS_RANK=str(rank), HOROVOD_CROSS_SIZE=str(self.workers),
+                       # the same job, for torch.distributed (bench/ddp_worker.py)
+                       RANK=str(rank), WORLD_SIZE=str(self.workers), MASTER_ADDR=self.addresses[0],
+                       MASTER_PORT="29500", GLOO_SOCKET_IFACE=WORKER_IFACE,
                        PYTHONUNBUFFERED="1")
             script = 'hostname "$0" && exec "$@"'
             procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", script, address, *command],
+                ["ip", "netns", "exec", ns, "unshare", "--uts", "taskset", "-c", str(cores[rank % len(cores)]),
+                 "sh", "-c", script, address, *command],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         outputs = []
         try:

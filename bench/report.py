@@ -5,21 +5,12 @@
 Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in README.md; a
 missing results file leaves its table as it is.
 """
-import json
 import os
 import re
 
-from common import RESULTS
+from common import RESULTS, load, longest_run
 
 README = os.path.join(os.path.dirname(RESULTS), "..", "README.md")
-
-
-def _load(name: str):
-    path = os.path.join(RESULTS, f"{name}.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
 
 
 def kernels_table(result: dict) -> str:
@@ -91,22 +82,157 @@ def small_tensors_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-TABLES = {"kernels": kernels_table, "wire_bytes": wire_bytes_table,
-          "small_tensors": small_tensors_table}
+def _mark(value: float, target: float) -> str:
+    return f"{value:.2f}x {'met' if value >= target else '**not met**'}"
+
+
+def _rate(rate_mbit: float | None) -> str:
+    return "unthrottled" if rate_mbit is None else f"{rate_mbit:g} Mbit/s"
+
+
+def _throughput_cells(result: dict) -> dict:
+    return {(c["model"], c["np"], c["rate_mbit"], c["method"]): c for c in result["cells"].values()}
+
+
+def throughput_table(result: dict) -> str:
+    cells = _throughput_cells(result)
+    models = list(dict.fromkeys(k[0] for k in cells))
+    sizes = sorted({k[1] for k in cells})
+    rates = sorted({k[2] for k in cells}, key=lambda r: float("inf") if r is None else r)
+    methods = list(dict.fromkeys(k[3] for k in cells))
+    out = []
+    for model in models:
+        columns = [(p, r) for p in sizes for r in rates]
+        lines = ["| method | " + " | ".join(f"np={p} {_rate(r)}" for p, r in columns)
+                 + " | " + " | ".join(f"np={p} MB sent/step" for p in sizes) + " |",
+                 "|---" * (1 + len(columns) + len(sizes)) + "|"]
+        for method in methods:
+            row = []
+            for p, r in columns:
+                cell, dense = cells.get((model, p, r, method)), cells.get((model, p, r, "none"))
+                row.append("" if cell is None else f"{cell['samples_per_s']:.1f}" + (
+                    f" ({cell['samples_per_s'] / dense['samples_per_s']:.1f}x)" if dense else ""))
+            for p in sizes:
+                cell = cells.get((model, p, rates[0], method))
+                row.append("" if cell is None else f"{cell['tx_bytes_per_step'] / 1e6:.2f}")
+            lines.append(f"| `{method}` | " + " | ".join(row) + " |")
+        batch = next(c["batch_size"] for k, c in cells.items() if k[0] == model)
+        lines += ["", f"`{model}`, batch {batch} per worker: samples/s of all workers (and "
+                  f"the ratio to uncompressed Horovod in the same cell); MB sent per worker and "
+                  f"step at {_rate(rates[0])} (interface counters)."]
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def throughput_targets_table(result: dict) -> str:
+    """Issue 5's targets, np=2, ResNet-18: checked for each hvd_compress compressor."""
+    cells = _throughput_cells(result)
+
+    def ratio(rate, method, baseline):
+        a, b = cells.get(("resnet18", 2, rate, method)), cells.get(("resnet18", 2, rate, baseline))
+        return None if a is None or b is None else a["samples_per_s"] / b["samples_per_s"]
+
+    targets = [(100, "none", 5.0), (100, "fp16", 2.5), (1000, "none", 1.5), (None, "none", 0.9)]
+    lines = ["| compressor | " + " | ".join(f"{_rate(r)} vs `{b}` (>= {t:g}x)" for r, b, t in targets)
+             + " |", "|---" * (1 + len(targets)) + "|"]
+    for method in dict.fromkeys(k[3] for k in cells):
+        if method in ("none", "fp16") or method.startswith("ddp:"):
+            continue
+        values = [ratio(r, method, b) for r, b, _ in targets]
+        lines.append(f"| `{method}` | " + " | ".join(
+            "not measured" if v is None else _mark(v, t) for v, (_, _, t) in zip(values, targets)) + " |")
+    return "\n".join(lines)
+
+
+def powersgd_table(result: dict) -> str:
+    """Per cell, the fastest hvd_compress compressor against the fastest torch DDP hook."""
+    cells = _throughput_cells(result)
+    lines = ["| model | np | link | fastest hvd_compress | samples/s | fastest DDP hook | samples/s "
+             "| hvd_compress / DDP |", "|---" * 8 + "|"]
+    for key in dict.fromkeys(k[:3] for k in cells):
+        ours = [c for k, c in cells.items() if k[:3] == key and k[3] not in ("none", "fp16")
+                and not k[3].startswith("ddp:")]
+        theirs = [c for k, c in cells.items() if k[:3] == key and k[3].startswith("ddp:")]
+        if not ours or not theirs:
+            continue
+        a = max(ours, key=lambda c: c["samples_per_s"])
+        b = max(theirs, key=lambda c: c["samples_per_s"])
+        lines.append(f"| {key[0]} | {key[1]} | {_rate(key[2])} | `{a['method']}` | "
+                     f"{a['samples_per_s']:.1f} | `{b['method']}` | {b['samples_per_s']:.1f} | "
+                     f"{a['samples_per_s'] / b['samples_per_s']:.2f}x |")
+    return "\n".join(lines)
+
+
+def convergence_table(result: dict) -> str:
+    cells = longest_run(result)
+    sizes = sorted({c["np"] for c in cells})
+    final = {(c["np"], c["method"]): c["test_accuracy"][-1][1] for c in cells}
+    lines = ["| method | error feedback | " + " | ".join(f"np={p} test accuracy | vs `none`" for p in sizes)
+             + " | within 0.5 points of `none` |", "|---" * (3 + 2 * len(sizes)) + "|"]
+    for method in dict.fromkeys(c["method"] for c in cells):
+        feedback = next(c["error_feedback"] for c in cells if c["method"] == method)
+        row, met = [], []
+        for p in sizes:
+            if (p, method) not in final:
+                row += ["", ""]
+                continue
+            delta = final[(p, method)] - final.get((p, "none"), float("nan"))
+            row += [f"{final[(p, method)]:.2f}%", f"{delta:+.2f}"]
+            met.append(delta >= -0.5)
+        target = ("n/a" if feedback is not True else
+                  "met" if all(met) else "**not met**")
+        lines.append(f"| `{method}` | {'-' if feedback is None else 'on' if feedback else 'off'} | "
+                     + " | ".join(row) + f" | {target} |")
+    c = cells[0]
+    lines += ["", f"LeNet-5 on MNIST, {c['epochs']} epochs, seed {c['seed']}, batch 64 per worker, "
+              "by `bench/convergence.py`; the target applies to the compressors with error feedback."]
+    return "\n".join(lines)
+
+
+PAPER_ADACOMP = {"conv": "about 40x", "fc": "about 200x"}
+
+
+def adacomp_layers_table(result: dict) -> str:
+    cells = [c for c in longest_run(result)
+             if c["method"] == "adacomp" and "per_tensor" in c]
+    if not cells:
+        return "Not measured yet: run `bench/convergence.py`."
+    lines = ["| layer | " + " | ".join(f"np={c['np']} fewer bytes than fp32" for c in cells)
+             + " | paper (Chen et al. 2018) |", "|---" * (2 + len(cells)) + "|"]
+    for layer in cells[0]["per_tensor"]:
+        kind = "conv" if layer.startswith("conv") else "fc"
+        lines.append(f"| `{layer}` | " + " | ".join(
+            f"{c['per_tensor'][layer]['dense_bytes'] / c['per_tensor'][layer]['sent_bytes']:.1f}x"
+            for c in cells) + f" | {PAPER_ADACOMP[kind]} ({kind}) |")
+    return "\n".join(lines)
+
+
+# README marker -> (results file, renderer)
+TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wire_bytes_table),
+          "small_tensors": ("small_tensors", small_tensors_table),
+          "throughput": ("throughput", throughput_table),
+          "throughput_targets": ("throughput", throughput_targets_table),
+          "powersgd": ("throughput", powersgd_table),
+          "convergence": ("convergence", convergence_table),
+          "adacomp_layers": ("convergence", adacomp_layers_table)}
+
+
+def render(text: str) -> str:
+    """``text`` with every table between its markers regenerated from the results on disk."""
+    for name, (results, table) in TABLES.items():
+        result = load(results)
+        if result is None:
+            continue
+        pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)
+        text = pattern.sub(lambda m: m.group(1) + table(result) + "\n" + m.group(2), text)
+    return text
 
 
 def main() -> None:
     with open(README) as f:
         text = f.read()
-    for name, render in TABLES.items():
-        result = _load(name)
-        if result is None:
-            continue
-        pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)
-        text = pattern.sub(lambda m: m.group(1) + render(result) + "\n" + m.group(2), text)
     with open(README, "w") as f:
-        f.write(text)
-
+        f.write(render(text))
 
 if __name__ == "__main__":
     main()

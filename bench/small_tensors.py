@@ -12,9 +12,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ResultCache, progress  # noqa: E402
-from netsim import unavailable  # noqa: E402
-from wire_bytes import measure  # noqa: E402
+from common import ResultCache  # noqa: E402
+from netsim import exit_unless_available  # noqa: E402
+from throughput import measure  # noqa: E402
 
 THRESHOLDS = [1, 1024, 16384, 262144]
 
@@ -25,21 +25,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--method", default="topk:ratio=0.01")
     args = parser.parse_args()
-    reason = unavailable()
-    if reason:
-        sys.exit(f"small_tensors: can't run: {reason}")
-    cache = ResultCache("small_tensors")
-    for done, threshold in enumerate(THRESHOLDS):
-        spec = f"{args.method},min_numel={threshold}"
-        key = f"resnet18|np=2|{spec}|{args.rate_mbit}mbit"
-        progress(done, len(THRESHOLDS), key)
-        if cache.get(key) is None:
-            cache.put(key, {"min_numel": threshold, "method": args.method, "rate_mbit": args.rate_mbit,
-                            **measure(2, spec, "resnet18", args.rate_mbit, args.steps)})
-        cell = cache.get(key)
-        print(f"    {cell['samples_per_s']:.1f} samples/s, {cell['tx_bytes_per_step'] / 1e6:.2f} MB/step")
-    progress(len(THRESHOLDS), len(THRESHOLDS), "done")
-
+    exit_unless_available("small_tensors")
+    cells = {f"resnet18|np=2|{args.method},min_numel={threshold}|{args.rate_mbit}mbit":
+             lambda threshold=threshold: {
+                 "min_numel": threshold, "method": args.method, "rate_mbit": args.rate_mbit,
+                 **measure(2, f"{args.method},min_numel={threshold}", "resnet18", args.rate_mbit, args.steps)}
+             for threshold in THRESHOLDS}
+    ResultCache("small_tensors").sweep(
+        cells, lambda c: f"{c['samples_per_s']:.1f} samples/s, {c['tx_bytes_per_step'] / 1e6:.2f} MB/step")
 
 if __name__ == "__main__":
     main()

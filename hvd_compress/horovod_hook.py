@@ -40,6 +40,16 @@ _horovod_allreduce_grad_async = _Distributed._allreduce_grad_async
 _horovod_init = _Distributed.__init__
 _horovod_adasum_init = _Adasum.__init__
 
+# Which Horovod world this process is in: elastic.py counts every reset. The agreement check
+# runs once per optimizer and world, so that a rank joining an elastic job and the ranks
+# already there run it together (running it on the newcomer alone would deadlock).
+_world = 0
+
+
+def new_world() -> None:
+    global _world
+    _world += 1
+
 
 @functools.wraps(_horovod_init)
 def _init(self, params, named_parameters, compression, backward_passes_per_step=1,
@@ -70,13 +80,13 @@ def _describe(compression) -> str:
 
 
 def _check_agreement(self) -> None:
-    """Once per optimizer, before its first collective: every rank must use the same
-    compression and the same parameter names, shapes and dtypes. A rank that differs would
+    """Once per optimizer and Horovod world, before its first collective: every rank must use
+    the same compression and the same parameter names, shapes and dtypes. A rank that differs would
     otherwise take another path for some tensor and every rank would wait forever on a
     collective the others never start; instead every rank raises a ValueError naming the
     difference. Runs over the global process set (Horovod 0.28.1's allgather_object knows no
     other), so optimizers on a smaller process set are not checked."""
-    self._hvd_compress_checked = True
+    self._hvd_compress_world = _world
     if self.process_set != hvd.global_process_set:
         return
     mine = {"compression": _describe(self._compression),
@@ -96,7 +106,7 @@ def _check_agreement(self) -> None:
 
 @functools.wraps(_horovod_allreduce_grad_async)
 def _allreduce_grad_async(self, p):
-    if not getattr(self, "_hvd_compress_checked", False):
+    if getattr(self, "_hvd_compress_world", None) != _world:
         _check_agreement(self)
     compressor = self._compression
     if not isinstance(compressor, Compressor):

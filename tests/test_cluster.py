@@ -12,14 +12,14 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from netsim import Cluster, unavailable  # noqa: E402
+from throughput import command  # noqa: E402
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 
 def tx_bytes_per_step(compression: str) -> float:
     with Cluster(workers=2, rate_mbit=2000) as cluster:
-        outputs = cluster.run([sys.executable, os.path.join(REPO, "bench", "cluster_worker.py"),
-                               "--compression", compression, "--warmup", "2", "--steps", "3"],
+        outputs = cluster.run(command(compression, "widemlp", batch_size=32, steps=3, warmup=2),
                               timeout=300)
     return max(json.loads(out.strip().splitlines()[-1])["tx_bytes_per_step"] for out in outputs)
 

@@ -190,25 +190,28 @@ def test_state_dict_round_trip_and_mismatch():
         hc.TopK(0.5).load_state_dict(state)
 
 
-def test_elastic_state_commits_restores_and_resyncs_residuals():
+def test_elastic_state_commits_restores_and_resets_residuals():
     """hvd.elastic.TorchState picks the compressor up through our handler, as it does models
-    and optimizers (in-process: the handler's save/restore/sync; a live world-size change is
-    not exercised here)."""
-    from horovod.torch.elastic.state import _get_handler
+    and optimizers (in-process: commit, rollback and the policy at a reset; tests/test_elastic.py
+    changes the world size of a live job)."""
+    import horovod.torch as hvd
 
+    from hvd_compress import horovod_hook
     from hvd_compress.elastic import CompressorStateHandler
 
     compressor = hc.OneBit(communication="twophase")
     compressor.memory.compensate("w", torch.ones(10))
     compressor.memory.compensate("w#server", torch.ones(5))
-    handler = _get_handler(compressor)  # what TorchState(compressor=compressor) uses
-    assert isinstance(handler, CompressorStateHandler)
-    handler.save()  # commit
+    state = hvd.elastic.TorchState(compressor=compressor, step=0)
+    assert isinstance(state._handlers["compressor"], CompressorStateHandler)
+    state.save()  # commit() without its check for host changes, which needs hvd.init()
     compressor.memory.compensate("w", torch.ones(10))  # a step that is then rolled back
-    handler.restore()
+    state.restore()
     assert torch.equal(compressor.memory.residuals()["w"], torch.ones(10))
-    handler.sync()  # after a world-size change: own residuals kept, server residuals dropped
+    world = horovod_hook._world
+    state.on_reset()  # the world changed: own residuals kept, server residuals dropped...
     assert sorted(compressor.memory.residuals()) == ["w"]
+    assert horovod_hook._world == world + 1  # ...and the agreement check re-armed
 
 
 SOAK_STEPS = int(os.environ.get("HVD_COMPRESS_SOAK_STEPS", "300"))  # 2000 for the full soak

@@ -61,6 +61,19 @@ def test_parallel_and_serial_builds_agree():
     np.testing.assert_array_equal(indices, want_indices)
 
 
+@pytest.mark.parametrize("local_ranks, threads", [("1", 2), ("2", 1), ("64", 1)])
+def test_ranks_that_fill_their_host_use_the_serial_build(monkeypatch, local_ranks, threads):
+    from hvd_compress.kernels import threads as pool
+
+    monkeypatch.setattr(pool.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("HOROVOD_LOCAL_SIZE", local_ranks)
+    pool.threads_per_rank.cache_clear()
+    try:
+        assert pool.threads_per_rank() == min(threads, pool.numba.config.NUMBA_NUM_THREADS)
+    finally:
+        pool.threads_per_rank.cache_clear()
+
+
 def test_scatter_add_matches_reference():
     rng = np.random.default_rng(2)
     values = rng.standard_normal(500).astype(np.float32)

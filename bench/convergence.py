@@ -1,0 +1,68 @@
+"""Does the model still converge? LeNet-5 on real MNIST (examples/pytorch_mnist.py under
+horovodrun, gloo on localhost), fixed seed and epochs, for each method with and without error
+feedback (the ablation), at np=2 and np=4.
+
+    .venv/bin/python bench/convergence.py            # np=2 and 4, 3 epochs, 8 methods
+    .venv/bin/python bench/convergence.py --quick    # np=2, 1 epoch, error feedback on only
+
+Writes bench/results/convergence.json (cached per cell: an interrupted run re-run skips the
+finished cells; --fresh starts over) and bench/results/accuracy.png, loss.png. No root needed.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import ResultCache  # noqa: E402
+
+EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_mnist.py")
+COMPRESSORS = ["topk:ratio=0.01", "onebit", "adacomp"]
+# (spec, error feedback); None: Horovod's own, which has none to turn off
+METHODS = ([("none", None), ("fp16", None)] + [(c, True) for c in COMPRESSORS]
+           + [(f"{c}{',' if ':' in c else ':'}error_feedback=false", False) for c in COMPRESSORS])
+
+
+def train(workers: int, spec: str, epochs: int, seed: int) -> dict:
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "metrics.json")
+        started = time.perf_counter()
+        run = subprocess.run([horovodrun, "-np", str(workers), "-H", f"localhost:{workers}",
+                              "--gloo", sys.executable, EXAMPLE, "--compression", spec,
+                              "--epochs", str(epochs), "--seed", str(seed), "--metrics", metrics],
+                             capture_output=True, text=True, timeout=3600)
+        if run.returncode != 0:
+            raise RuntimeError(f"{spec} at np={workers} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+        with open(metrics) as f:
+            result = json.load(f)
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="np=2, 1 epoch, error feedback on")
+    parser.add_argument("--fresh", action="store_true", help="ignore cached cells")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+    epochs = 1 if args.quick else args.epochs
+    cells = {f"np={workers}|{spec}|epochs={epochs}|seed={args.seed}":
+             lambda workers=workers, spec=spec, feedback=feedback: {
+                 "np": workers, "method": spec, "error_feedback": feedback, "epochs": epochs,
+                 "seed": args.seed, **train(workers, spec, epochs, args.seed)}
+             for workers in ([2] if args.quick else [2, 4]) for spec, feedback in METHODS
+             if not (args.quick and feedback is False)}
+    cache = ResultCache("convergence", args.fresh)
+    cache.sweep(cells, lambda c: f"test accuracy {c['test_accuracy'][-1][1]:.2f}%  ({c['wall_s']:.0f} s)")
+    import plots
+
+    print("wrote", *plots.convergence(cache.data))
+
+if __name__ == "__main__":
+    main()

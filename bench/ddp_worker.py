@@ -1,0 +1,58 @@
+"""The peer a PyTorch user would pick instead of hvd_compress: the synthetic benchmark of
+examples/pytorch_synthetic_benchmark.py under torch DDP on gloo, with one of DDP's communication
+hooks.
+
+    --hook allreduce     no hook: DDP's bucketed fp32 allreduce
+    --hook fp16          default_hooks.fp16_compress_hook
+    --hook powersgd:R    powerSGD_hook, matrix_approximation_rank=R, error feedback and warm start
+                         on (PyTorch's defaults), PowerSGD from the second step on
+
+Reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment (bench/netsim.py sets
+them), as ``torchrun`` would.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from pytorch_synthetic_benchmark import benchmark, parse_args, synthetic_model_and_batch  # noqa: E402
+
+
+def register(model: DistributedDataParallel, hook: str) -> None:
+    if hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif hook.startswith("powersgd:"):
+        # start_powerSGD_iter=2: the first (warm-up) step is a plain allreduce, every timed one
+        # is PowerSGD; 1 is refused when error feedback is on.
+        state = powerSGD_hook.PowerSGDState(process_group=None,
+                                           matrix_approximation_rank=int(hook.split(":")[1]),
+                                           start_powerSGD_iter=2)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif hook != "allreduce":
+        raise ValueError(f"--hook must be allreduce, fp16 or powersgd:RANK, got {hook!r}")
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], lambda p: p.add_argument("--hook", default="allreduce"))
+    dist.init_process_group("gloo")
+    model, x, y = synthetic_model_and_batch(args)
+    model = DistributedDataParallel(model)  # broadcasts rank 0's parameters
+    register(model, args.hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    benchmark(step, dist.barrier, dist.get_rank(), dist.get_world_size(), args)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

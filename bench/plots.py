@@ -1,0 +1,105 @@
+"""PNG plots of bench/results/*.json, written next to them. Each bench calls its function when it
+finishes; ``.venv/bin/python bench/plots.py`` redraws them all from the saved results."""
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from common import RESULTS, load, longest_run  # noqa: E402
+
+
+def _save(fig, name: str) -> str:
+    path = os.path.join(RESULTS, name)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _panels(keys: list, title) -> tuple:
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        ax.set_title(title(key))
+        ax.grid(alpha=0.3)
+    return fig, dict(zip(keys, axes[0]))
+
+
+def throughput(result: dict) -> list[str]:
+    """samples/s against link rate (one line per method, one panel per model and np), and MB
+    sent per worker and step (one bar per method, at the slowest rate measured)."""
+    cells = list(result["cells"].values())
+    panels = sorted({(c["model"], c["np"]) for c in cells})
+    rates = sorted({c["rate_mbit"] for c in cells}, key=lambda r: float("inf") if r is None else r)
+    labels = ["unthrottled" if r is None else f"{r:g} Mbit/s" for r in rates]
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    fig, axes = _panels(panels, lambda k: f"{k[0]}, np={k[1]}")
+    for (model, np_), ax in axes.items():
+        for method in methods:
+            points = [(labels[rates.index(c["rate_mbit"])], c["samples_per_s"]) for c in cells
+                      if (c["model"], c["np"], c["method"]) == (model, np_, method)]
+            points.sort(key=lambda p: labels.index(p[0]))
+            if points:
+                ax.plot(*zip(*points), marker="o", label=method,
+                        linestyle="--" if method.startswith("ddp:") else "-")
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s (all workers)")
+    axes[panels[-1]].legend(fontsize=8)
+    paths = [_save(fig, "throughput.png")]
+
+    slowest = rates[0]
+    fig, axes = _panels(panels, lambda k: f"{k[0]}, np={k[1]}: MB sent per worker and step")
+    for (model, np_), ax in axes.items():
+        row = [(c["method"], c["tx_bytes_per_step"] / 1e6) for c in cells
+               if (c["model"], c["np"], c["rate_mbit"]) == (model, np_, slowest)]
+        if row:
+            ax.barh(*zip(*row))
+            ax.set_xscale("log")
+            ax.invert_yaxis()
+    paths.append(_save(fig, "bytes_per_step.png"))
+    return paths
+
+
+def convergence(result: dict) -> list[str]:
+    """Test accuracy per epoch and training loss per logged interval, one line per method."""
+    cells = longest_run(result)
+    sizes = sorted({c["np"] for c in cells})
+    paths = []
+    for name, series, ylabel in [("accuracy.png", "test_accuracy", "test accuracy (%)"),
+                                 ("loss.png", "train_loss", "training loss")]:
+        fig, axes = _panels(sizes, lambda p: f"LeNet-5 on MNIST, np={p}")
+        for np_, ax in axes.items():
+            for c in cells:
+                if c["np"] == np_:
+                    x, y = zip(*c[series])
+                    ax.plot(x, y, label=c["method"], linestyle="-" if c["error_feedback"] else ":")
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(ylabel)
+        axes[sizes[-1]].legend(fontsize=7)
+        paths.append(_save(fig, name))
+    return paths
+
+
+def kernels(result: dict) -> list[str]:
+    """Compress + residual update time per implementation, one panel per tensor size."""
+    sizes = list(result["sizes"])
+    fig, axes = _panels(sizes, lambda n: f"compress + residual update, {int(n) / 1e6:g}M fp32")
+    for n, ax in axes.items():
+        rows = result["sizes"][n]["compress_ms"]
+        ax.barh(list(rows), list(rows.values()))
+        ax.set_xscale("log")
+        ax.set_xlabel("ms (median)")
+        ax.invert_yaxis()
+    return [_save(fig, "kernels.png")]
+
+
+def main() -> None:
+    for name, draw in [("throughput", throughput), ("convergence", convergence), ("kernels", kernels)]:
+        result = load(name)
+        if result is not None:
+            print("wrote", *draw(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Training throughput and wire bytes on the simulated cluster (bench/netsim.py): each method,
+model, world size and link rate, with torch DDP's own communication hooks side by side.
+
+    sudo .venv/bin/python bench/throughput.py            # the full sweep
+    sudo .venv/bin/python bench/throughput.py --quick    # ResNet-18, np=2, 100 Mbit/s only
+
+Writes bench/results/throughput.json (cached per cell: an interrupted sweep re-run skips the
+finished cells; --fresh starts over) and bench/results/throughput.png, bytes_per_step.png.
+A method is an hvd_compress spec (Horovod's own `none` and `fp16` included) or `ddp:HOOK`, a
+hook of bench/ddp_worker.py.
+
+Why a small batch: every worker computes on one core of this 2-core machine, about 100 times
+slower than the GPU a real worker has; with a per-worker batch of 8 the compute:communication
+balance of a 100 Mbit/s step is nearer a GPU cluster's on a slow network than with 32 (where
+compute alone takes seconds and hides most of what compression saves). Use --batch-size to see
+the other regime.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import ResultCache  # noqa: E402
+from netsim import WORKER_IFACE, Cluster, exit_unless_available  # noqa: E402
+
+EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_synthetic_benchmark.py")
+METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp",
+           "ddp:fp16", "ddp:powersgd:1", "ddp:powersgd:4"]
+MODELS = ["resnet18", "widemlp"]
+RATES = [100, 1000, None]  # Mbit/s; None: unthrottled
+
+
+def command(method: str, model: str, batch_size: int, steps: int, warmup: int) -> list[str]:
+    if method.startswith("ddp:"):
+        head = [os.path.join(HERE, "ddp_worker.py"), "--hook", method[len("ddp:"):]]
+    else:
+        head = [EXAMPLE, "--compression", method]
+    return [sys.executable, *head, "--model", model, "--batch-size", str(batch_size),
+            "--num-warmup-batches", str(warmup), "--num-iters", str(steps),
+            "--json", "--iface", WORKER_IFACE]
+
+
+def measure(workers: int, method: str, model: str, rate_mbit: float | None, steps: int,
+            batch_size: int = 32, warmup: int = 2) -> dict:
+    """Runs one cell on a fresh cluster: samples/s and per-worker bytes per step (mean over
+    workers of each interface's counters)."""
+    with Cluster(workers, rate_mbit) as cluster:
+        outputs = cluster.run(command(method, model, batch_size, steps, warmup), timeout=900)
+    ranks = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    return {"tx_bytes_per_step": statistics.mean(r["tx_bytes_per_step"] for r in ranks),
+            "rx_bytes_per_step": statistics.mean(r["rx_bytes_per_step"] for r in ranks),
+            "samples_per_s": min(r["samples_per_s"] for r in ranks)}
+
+
+def rate_label(rate_mbit: float | None) -> str:
+    return "unthrottled" if rate_mbit is None else f"{rate_mbit:g} Mbit/s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="ResNet-18, np=2, 100 Mbit/s only")
+    parser.add_argument("--fresh", action="store_true", help="ignore cached cells")
+    parser.add_argument("--batch-size", type=int, default=8, help="per worker")
+    parser.add_argument("--steps", type=int, default=4, help="timed steps per cell")
+    parser.add_argument("--methods", nargs="+", default=METHODS, metavar="METHOD")
+    parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
+    args = parser.parse_args()
+    exit_unless_available("throughput")
+    grid = ([("resnet18", 2, 100)] if args.quick else
+            [(m, p, r) for m in args.models for p in (2, 4) for r in RATES])
+    cells = {f"{model}|np={workers}|{rate_label(rate)}|{method}|batch={args.batch_size}":
+             lambda model=model, workers=workers, rate=rate, method=method: {
+                 "model": model, "np": workers, "rate_mbit": rate, "method": method,
+                 "batch_size": args.batch_size,
+                 **measure(workers, method, model, rate, args.steps, args.batch_size)}
+             for model, workers, rate in grid for method in args.methods}
+    cache = ResultCache("throughput", args.fresh)
+    cache.sweep(cells, lambda c: f"{c['samples_per_s']:8.1f} samples/s  "
+                                 f"tx {c['tx_bytes_per_step'] / 1e6:8.2f} MB/step")
+    import plots
+
+    print("wrote", *plots.throughput(cache.data))
+
+if __name__ == "__main__":
+    main()
