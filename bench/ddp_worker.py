@@ -5,7 +5,8 @@ hooks.
     --hook allreduce     no hook: DDP's bucketed fp32 allreduce
     --hook fp16          default_hooks.fp16_compress_hook
     --hook powersgd:R    powerSGD_hook, matrix_approximation_rank=R, error feedback and warm start
-                         on (PyTorch's defaults), PowerSGD from the second step on
+                         on (PyTorch's defaults), PowerSGD from the second step on, all
+                         gradients in one bucket (see ``wrap``)
 
 Reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment (bench/netsim.py sets
 them), as ``torchrun`` would.
@@ -23,26 +24,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from pytorch_synthetic_benchmark import benchmark, parse_args, synthetic_model_and_batch  # noqa: E402
 
 
-def register(model: DistributedDataParallel, hook: str) -> None:
+def wrap(model: torch.nn.Module, hook: str) -> DistributedDataParallel:
+    """``model`` under DDP (which broadcasts rank 0's parameters) with ``hook`` registered."""
+    if hook == "allreduce":
+        return DistributedDataParallel(model)
     if hook == "fp16":
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif hook.startswith("powersgd:"):
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return ddp
+    if hook.startswith("powersgd:"):
+        # One bucket: the hook issues each bucket's second allreduce from the first one's
+        # completion callback, so with several buckets ranks may issue collectives in different
+        # orders, which gloo reports as a size mismatch and aborts (seen here, about one run
+        # in three).
+        ddp = DistributedDataParallel(model, bucket_cap_mb=4096)
         # start_powerSGD_iter=2: the first (warm-up) step is a plain allreduce, every timed one
         # is PowerSGD; 1 is refused when error feedback is on.
         state = powerSGD_hook.PowerSGDState(process_group=None,
                                            matrix_approximation_rank=int(hook.split(":")[1]),
                                            start_powerSGD_iter=2)
-        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    elif hook != "allreduce":
-        raise ValueError(f"--hook must be allreduce, fp16 or powersgd:RANK, got {hook!r}")
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return ddp
+    raise ValueError(f"--hook must be allreduce, fp16 or powersgd:RANK, got {hook!r}")
 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], lambda p: p.add_argument("--hook", default="allreduce"))
     dist.init_process_group("gloo")
     model, x, y = synthetic_model_and_batch(args)
-    model = DistributedDataParallel(model)  # broadcasts rank 0's parameters
-    register(model, args.hook)
+    model = wrap(model, args.hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step() -> None:

@@ -161,13 +161,12 @@ class Cluster:
                 ["ip", "netns", "exec", ns, "unshare", "--uts", "taskset", "-c", str(cores[rank % len(cores)]),
                  "sh", "-c", script, address, *command],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        outputs = []
         try:
-            for rank, proc in enumerate(procs):
-                out, err = proc.communicate(timeout=timeout)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"rank {rank} exited with {proc.returncode}:\n{out[-2000:]}\n{err[-4000:]}")
-                outputs.append(out)
+            results = [proc.communicate(timeout=timeout) for proc in procs]
+            failed = [f"rank {rank} exited with {proc.returncode}:\n{out[-1000:]}\n{err[-2000:]}"
+                      for rank, (proc, (out, err)) in enumerate(zip(procs, results)) if proc.returncode]
+            if failed:  # every failing rank: the first to fail is not always rank 0
+                raise RuntimeError("\n".join(failed))
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -176,4 +175,4 @@ class Cluster:
             self._rendezvous.kill()
             self._rendezvous.wait()
             self._rendezvous = None
-        return outputs
+        return [out for out, _ in results]

@@ -6,6 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 from common import RESULTS, load, longest_run  # noqa: E402
 
@@ -19,11 +20,22 @@ def _save(fig, name: str) -> str:
 
 
 def _panels(keys: list, title) -> tuple:
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.2), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    """One panel per key, two to a row."""
+    columns = min(2, len(keys))
+    rows = -(-len(keys) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(6 * columns, 4.2 * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[len(keys):]:
+        ax.remove()
+    for ax, key in zip(flat, keys):
         ax.set_title(title(key))
-        ax.grid(alpha=0.3)
-    return fig, dict(zip(keys, axes[0]))
+        ax.grid(alpha=0.3, which="both")
+    return fig, dict(zip(keys, flat))
+
+
+def _plain_log(axis) -> None:
+    axis.set_major_formatter(ticker.ScalarFormatter())
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def throughput(result: dict) -> list[str]:
@@ -44,36 +56,43 @@ def throughput(result: dict) -> list[str]:
                 ax.plot(*zip(*points), marker="o", label=method,
                         linestyle="--" if method.startswith("ddp:") else "-")
         ax.set_yscale("log")
+        _plain_log(ax.yaxis)
         ax.set_ylabel("samples/s (all workers)")
     axes[panels[-1]].legend(fontsize=8)
     paths = [_save(fig, "throughput.png")]
 
     slowest = rates[0]
-    fig, axes = _panels(panels, lambda k: f"{k[0]}, np={k[1]}: MB sent per worker and step")
+    fig, axes = _panels(panels, lambda k: f"{k[0]}, np={k[1]}: MB sent per worker and step"
+                        + ("" if slowest is None else f" at {slowest:g} Mbit/s"))
     for (model, np_), ax in axes.items():
         row = [(c["method"], c["tx_bytes_per_step"] / 1e6) for c in cells
                if (c["model"], c["np"], c["rate_mbit"]) == (model, np_, slowest)]
         if row:
             ax.barh(*zip(*row))
             ax.set_xscale("log")
+            _plain_log(ax.xaxis)
             ax.invert_yaxis()
     paths.append(_save(fig, "bytes_per_step.png"))
     return paths
 
 
 def convergence(result: dict) -> list[str]:
-    """Test accuracy per epoch and training loss per logged interval, one line per method."""
+    """Test error per epoch and training loss per logged interval, one line per method (dotted:
+    error feedback off). Log scales, so that a run that collapsed and the close ones all show."""
     cells = longest_run(result)
     sizes = sorted({c["np"] for c in cells})
     paths = []
-    for name, series, ylabel in [("accuracy.png", "test_accuracy", "test accuracy (%)"),
-                                 ("loss.png", "train_loss", "training loss")]:
+    for name, series, ylabel, transform in [
+            ("accuracy.png", "test_accuracy", "test error (%, log)", lambda acc: 100 - acc),
+            ("loss.png", "train_loss", "training loss (log)", lambda loss: loss)]:
         fig, axes = _panels(sizes, lambda p: f"LeNet-5 on MNIST, np={p}")
         for np_, ax in axes.items():
             for c in cells:
                 if c["np"] == np_:
                     x, y = zip(*c[series])
-                    ax.plot(x, y, label=c["method"], linestyle="-" if c["error_feedback"] else ":")
+                    ax.plot(x, [transform(v) for v in y], label=c["method"], marker=".",
+                            linestyle=":" if c["error_feedback"] is False else "-")
+            ax.set_yscale("log")
             ax.set_xlabel("epoch")
             ax.set_ylabel(ylabel)
         axes[sizes[-1]].legend(fontsize=7)

@@ -83,7 +83,7 @@ def small_tensors_table(result: dict) -> str:
 
 
 def _mark(value: float, target: float) -> str:
-    return f"{value:.2f}x {'met' if value >= target else '**not met**'}"
+    return f"{value:.3g}x {'met' if value >= target else '**not met**'}"
 
 
 def _rate(rate_mbit: float | None) -> str:

@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="ResNet-18, np=2, 100 Mbit/s only")
     parser.add_argument("--fresh", action="store_true", help="ignore cached cells")
     parser.add_argument("--batch-size", type=int, default=8, help="per worker")
-    parser.add_argument("--steps", type=int, default=4, help="timed steps per cell")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per cell (median)")
     parser.add_argument("--methods", nargs="+", default=METHODS, metavar="METHOD")
     parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     args = parser.parse_args()

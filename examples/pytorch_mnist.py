@@ -72,16 +72,18 @@ def main() -> None:
     for epoch in range(1, args.epochs + 1):
         sampler.set_epoch(epoch)
         started = time.time()
-        total, batches = 0.0, 0
+        total, batches, recent = 0.0, 0, 0.0
         for images, labels in loader:
             optimizer.zero_grad()
             loss = F.cross_entropy(model(images), labels)
             loss.backward()
             optimizer.step()
             total += loss.item()
+            recent += loss.item()
             batches += 1
-            if batches % interval == 0:
-                metrics["train_loss"].append((epoch - 1 + batches / len(loader), total / batches))
+            if batches % interval == 0:  # the mean over the interval, not since the epoch began
+                metrics["train_loss"].append((epoch - 1 + batches / len(loader), recent / interval))
+                recent = 0.0
         test_loss, accuracy = evaluate(model, test)
         metrics["test_loss"].append((epoch, test_loss))
         metrics["test_accuracy"].append((epoch, 100 * accuracy))

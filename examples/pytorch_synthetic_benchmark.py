@@ -10,6 +10,7 @@ cluster's benches read it); bench/ddp_worker.py runs the same loop under torch D
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from typing import Callable
@@ -54,18 +55,22 @@ def _counters(iface: str | None) -> tuple[int, int]:
 
 def benchmark(step: Callable[[], None], barrier: Callable[[], None], rank: int, size: int,
               args: argparse.Namespace) -> None:
-    """Warms up, times ``num_iters`` steps between two barriers and reports throughput."""
+    """Warms up, times ``num_iters`` steps between two barriers and reports throughput: from
+    the median step, which one slow step (a page fault storm, another process on the core)
+    does not move; every step ends in the optimizer waiting for all ranks, so the ranks' steps
+    take the same time."""
     for _ in range(args.num_warmup_batches):
         step()
     barrier()
     tx0, rx0 = _counters(args.iface)
-    start = time.perf_counter()
+    times = []
     for _ in range(args.num_iters):
+        start = time.perf_counter()
         step()
+        times.append(time.perf_counter() - start)
     barrier()
-    elapsed = time.perf_counter() - start
     tx1, rx1 = _counters(args.iface)
-    samples_per_s = args.num_iters * args.batch_size * size / elapsed
+    samples_per_s = args.batch_size * size / statistics.median(times)
     if args.json:
         print(json.dumps({"rank": rank, "size": size, "steps": args.num_iters,
                           "samples_per_s": samples_per_s,
