@@ -53,6 +53,16 @@ def load(name: str) -> dict | None:
         return json.load(f)
 
 
+def rate_label(rate_mbit: float | None) -> str:
+    """A link rate of the simulated cluster; None is an unthrottled link."""
+    return "unthrottled" if rate_mbit is None else f"{rate_mbit:g} Mbit/s"
+
+
+def by_rate(rate_mbit: float | None) -> float:
+    """Sort key: slowest link first, unthrottled last."""
+    return float("inf") if rate_mbit is None else rate_mbit
+
+
 def longest_run(result: dict) -> list[dict]:
     """The cells of the longest convergence run on record (a --quick run's one-epoch cells are
     kept apart from the full run's)."""

@@ -64,5 +64,6 @@ def main() -> None:
 
     print("wrote", *plots.convergence(cache.data))
 
+
 if __name__ == "__main__":
     main()

@@ -140,7 +140,8 @@ class Cluster:
 
     def run(self, command: Sequence[str], timeout: float) -> list[str]:
         """Runs ``command`` as one Horovod (or torch.distributed) job, one process per worker
-        namespace; returns each rank's stdout. Raises RuntimeError with the failing rank's output if any rank fails."""
+        namespace; returns each rank's stdout. Raises RuntimeError with the output of every
+        rank that failed."""
         port = self._start_rendezvous()
         procs = []
         cores = sorted(os.sched_getaffinity(0))

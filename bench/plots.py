@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from common import RESULTS, load, longest_run  # noqa: E402
+from common import RESULTS, by_rate, load, longest_run, rate_label  # noqa: E402
 
 
 def _save(fig, name: str) -> str:
@@ -43,8 +43,8 @@ def throughput(result: dict) -> list[str]:
     sent per worker and step (one bar per method, at the slowest rate measured)."""
     cells = list(result["cells"].values())
     panels = sorted({(c["model"], c["np"]) for c in cells})
-    rates = sorted({c["rate_mbit"] for c in cells}, key=lambda r: float("inf") if r is None else r)
-    labels = ["unthrottled" if r is None else f"{r:g} Mbit/s" for r in rates]
+    rates = sorted({c["rate_mbit"] for c in cells}, key=by_rate)
+    labels = [rate_label(r) for r in rates]
     methods = list(dict.fromkeys(c["method"] for c in cells))
     fig, axes = _panels(panels, lambda k: f"{k[0]}, np={k[1]}")
     for (model, np_), ax in axes.items():
@@ -63,7 +63,7 @@ def throughput(result: dict) -> list[str]:
 
     slowest = rates[0]
     fig, axes = _panels(panels, lambda k: f"{k[0]}, np={k[1]}: MB sent per worker and step"
-                        + ("" if slowest is None else f" at {slowest:g} Mbit/s"))
+                        + f" ({rate_label(slowest)})")
     for (model, np_), ax in axes.items():
         row = [(c["method"], c["tx_bytes_per_step"] / 1e6) for c in cells
                if (c["model"], c["np"], c["rate_mbit"]) == (model, np_, slowest)]

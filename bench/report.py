@@ -8,7 +8,7 @@ missing results file leaves its table as it is.
 import os
 import re
 
-from common import RESULTS, load, longest_run
+from common import RESULTS, by_rate, load, longest_run, rate_label
 
 README = os.path.join(os.path.dirname(RESULTS), "..", "README.md")
 
@@ -86,8 +86,9 @@ def _mark(value: float, target: float) -> str:
     return f"{value:.3g}x {'met' if value >= target else '**not met**'}"
 
 
-def _rate(rate_mbit: float | None) -> str:
-    return "unthrottled" if rate_mbit is None else f"{rate_mbit:g} Mbit/s"
+def _ours(method: str) -> bool:
+    """An hvd_compress compressor, not Horovod's own nor a DDP hook."""
+    return method not in ("none", "fp16") and not method.startswith("ddp:")
 
 
 def _throughput_cells(result: dict) -> dict:
@@ -98,12 +99,12 @@ def throughput_table(result: dict) -> str:
     cells = _throughput_cells(result)
     models = list(dict.fromkeys(k[0] for k in cells))
     sizes = sorted({k[1] for k in cells})
-    rates = sorted({k[2] for k in cells}, key=lambda r: float("inf") if r is None else r)
+    rates = sorted({k[2] for k in cells}, key=by_rate)
     methods = list(dict.fromkeys(k[3] for k in cells))
     out = []
     for model in models:
         columns = [(p, r) for p in sizes for r in rates]
-        lines = ["| method | " + " | ".join(f"np={p} {_rate(r)}" for p, r in columns)
+        lines = ["| method | " + " | ".join(f"np={p} {rate_label(r)}" for p, r in columns)
                  + " | " + " | ".join(f"np={p} MB sent/step" for p in sizes) + " |",
                  "|---" * (1 + len(columns) + len(sizes)) + "|"]
         for method in methods:
@@ -119,7 +120,7 @@ def throughput_table(result: dict) -> str:
         batch = next(c["batch_size"] for k, c in cells.items() if k[0] == model)
         lines += ["", f"`{model}`, batch {batch} per worker: samples/s of all workers (and "
                   f"the ratio to uncompressed Horovod in the same cell); MB sent per worker and "
-                  f"step at {_rate(rates[0])} (interface counters)."]
+                  f"step at {rate_label(rates[0])} (interface counters)."]
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
@@ -133,10 +134,10 @@ def throughput_targets_table(result: dict) -> str:
         return None if a is None or b is None else a["samples_per_s"] / b["samples_per_s"]
 
     targets = [(100, "none", 5.0), (100, "fp16", 2.5), (1000, "none", 1.5), (None, "none", 0.9)]
-    lines = ["| compressor | " + " | ".join(f"{_rate(r)} vs `{b}` (>= {t:g}x)" for r, b, t in targets)
+    lines = ["| compressor | " + " | ".join(f"{rate_label(r)} vs `{b}` (>= {t:g}x)" for r, b, t in targets)
              + " |", "|---" * (1 + len(targets)) + "|"]
     for method in dict.fromkeys(k[3] for k in cells):
-        if method in ("none", "fp16") or method.startswith("ddp:"):
+        if not _ours(method):
             continue
         values = [ratio(r, method, b) for r, b, _ in targets]
         lines.append(f"| `{method}` | " + " | ".join(
@@ -150,14 +151,13 @@ def powersgd_table(result: dict) -> str:
     lines = ["| model | np | link | fastest hvd_compress | samples/s | fastest DDP hook | samples/s "
              "| hvd_compress / DDP |", "|---" * 8 + "|"]
     for key in dict.fromkeys(k[:3] for k in cells):
-        ours = [c for k, c in cells.items() if k[:3] == key and k[3] not in ("none", "fp16")
-                and not k[3].startswith("ddp:")]
+        ours = [c for k, c in cells.items() if k[:3] == key and _ours(k[3])]
         theirs = [c for k, c in cells.items() if k[:3] == key and k[3].startswith("ddp:")]
         if not ours or not theirs:
             continue
         a = max(ours, key=lambda c: c["samples_per_s"])
         b = max(theirs, key=lambda c: c["samples_per_s"])
-        lines.append(f"| {key[0]} | {key[1]} | {_rate(key[2])} | `{a['method']}` | "
+        lines.append(f"| {key[0]} | {key[1]} | {rate_label(key[2])} | `{a['method']}` | "
                      f"{a['samples_per_s']:.1f} | `{b['method']}` | {b['samples_per_s']:.1f} | "
                      f"{a['samples_per_s'] / b['samples_per_s']:.2f}x |")
     return "\n".join(lines)

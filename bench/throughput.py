@@ -23,7 +23,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ResultCache  # noqa: E402
+from common import ResultCache, rate_label  # noqa: E402
 from netsim import WORKER_IFACE, Cluster, exit_unless_available  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_synthetic_benchmark.py")
@@ -55,10 +55,6 @@ def measure(workers: int, method: str, model: str, rate_mbit: float | None, step
             "samples_per_s": min(r["samples_per_s"] for r in ranks)}
 
 
-def rate_label(rate_mbit: float | None) -> str:
-    return "unthrottled" if rate_mbit is None else f"{rate_mbit:g} Mbit/s"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="ResNet-18, np=2, 100 Mbit/s only")
@@ -83,6 +79,7 @@ def main() -> None:
     import plots
 
     print("wrote", *plots.throughput(cache.data))
+
 
 if __name__ == "__main__":
     main()
