@@ -11,6 +11,7 @@ A compressor is two things at once:
 How payloads travel is the communicator's business (``hvd_compress/communication``).
 """
 import threading
+import warnings
 from typing import Any
 
 import torch
@@ -52,6 +53,20 @@ class Compressor:
         self._per_tensor: dict[str, dict[str, int]] = {}
         self._dense_bytes = 0
         self._sent_bytes = 0
+        self._serves: list[str] | None = None  # the parameter names of the optimizer it serves
+
+    def serve(self, parameter_names: list[str]) -> None:
+        """Called when a DistributedOptimizer is built with this compressor. Residuals are kept
+        by parameter name, for one optimizer: a second optimizer (a GAN's generator and
+        discriminator, both nn.Sequential with "0.weight") would mix its residuals with the
+        first's, so it is refused."""
+        if self._serves is not None:
+            raise ValueError(
+                f"hvd_compress: this {type(self).__name__} already serves a DistributedOptimizer "
+                f"(parameters {', '.join(self._serves[:3])}{', ...' if len(self._serves) > 3 else ''}); "
+                "a compressor keeps residuals for one optimizer. Give each optimizer its own: "
+                f"compression=hvd_compress.from_spec({self.spec()!r})")
+        self._serves = parameter_names
 
     # --- Horovod's compression interface, used on the dense path -------------------------
     def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -92,16 +107,34 @@ class Compressor:
     # --- training state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The residuals (training state: unsent gradient) by parameter name, the two-phase
-        allreduce's server-side ones as ``NAME#server``; save it with the model and optimizer."""
-        return {"spec": self.spec(),
+        allreduce's server-side ones as ``NAME#server``, and the rank and world size they belong
+        to; save it with the model and optimizer, one file per rank (README, Checkpoints)."""
+        rank, size = _position()
+        return {"spec": self.spec(), "rank": rank, "world_size": size,
                 "residuals": {k: v.detach().clone() for k, v in self.memory.residuals().items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores what ``state_dict`` saved. Residuals whose size no longer fits (another
-        world size for server residuals) are dropped at their next use and start from zero."""
+        """Restores what ``state_dict`` saved.
+
+        Residuals are per rank: each is gradient its rank computed and has not sent. A state
+        saved by another rank (every rank loading rank 0's checkpoint) is not applied: the
+        residuals start from zero, with a warning (what is lost is at most one step's
+        compression error per parameter). A state saved at another world size keeps the worker
+        residuals and drops the two-phase server ones, whose chunks no longer exist. Residuals
+        whose size no longer fits are dropped at their next use."""
         if state.get("spec") != self.spec():
             raise ValueError(f"state_dict is for {state.get('spec')!r}, this is {self.spec()!r}")
-        self.memory.load(state["residuals"])
+        rank, size = _position()
+        residuals = state["residuals"]
+        if None not in (rank, state.get("rank")) and state["rank"] != rank:
+            warnings.warn(
+                f"hvd_compress: this checkpoint holds rank {state['rank']}'s residuals and this is "
+                f"rank {rank}; residuals are per rank, so they start from zero here. For an exact "
+                "resume save each rank's compressor.state_dict() (README, Checkpoints)", stacklevel=2)
+            residuals = {}
+        elif None not in (size, state.get("world_size")) and state["world_size"] != size:
+            residuals = {k: v for k, v in residuals.items() if not k.endswith("#server")}
+        self.memory.load(residuals)
 
     # --- accounting --------------------------------------------------------------------------
     def _count(self, name: str | None, numel: int, sent: int) -> None:
@@ -126,3 +159,12 @@ class Compressor:
 
     def __repr__(self) -> str:
         return f"hvd_compress.from_spec({self.spec()!r})"
+
+
+def _position() -> tuple[int | None, int | None]:
+    """(rank, world size) when Horovod is initialized, else (None, None)."""
+    import horovod.torch as hvd
+
+    if not hvd.is_initialized():
+        return None, None
+    return hvd.rank(), hvd.size()

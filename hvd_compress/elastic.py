@@ -31,7 +31,8 @@ class CompressorStateHandler(elastic_state.StateHandler):
         self._saved = self.value.state_dict()
 
     def restore(self) -> None:
-        self.value.load_state_dict(self._saved)
+        # This process's own residuals, whatever its rank is now: no per-rank check.
+        self.value.memory.load(self._saved["residuals"])
 
     def sync(self) -> None:
         self.save()  # nothing to broadcast: residuals are per rank

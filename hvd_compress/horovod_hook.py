@@ -17,12 +17,17 @@ optimizer class it builds):
 The wrapped methods are those of Horovod 0.28.1, checked at import.
 """
 import functools
+import gc
+import weakref
 
 import horovod
 import horovod.torch as hvd
+from horovod.torch import mpi_ops
 from horovod.torch import optimizer as hvd_optimizer
 
-from .communication import allgather, twophase
+from .agreement import Agreement, optimizer_id
+from .communication import allgather, dense, twophase
+from .communication.base import Exchange
 from .compressor import Compressor
 
 SUPPORTED_HOROVOD = "0.28.1"
@@ -37,13 +42,17 @@ if horovod.__version__ != SUPPORTED_HOROVOD:
 _Distributed = hvd_optimizer._DistributedOptimizer
 _Adasum = hvd_optimizer._DistributedAdasumOptimizer
 _horovod_allreduce_grad_async = _Distributed._allreduce_grad_async
+_horovod_synchronize = _Distributed.synchronize
 _horovod_init = _Distributed.__init__
 _horovod_adasum_init = _Adasum.__init__
+_horovod_join = mpi_ops.join
 
 # Which Horovod world this process is in: elastic.py counts every reset. The agreement check
 # runs once per optimizer and world, so that a rank joining an elastic job and the ranks
 # already there run it together (running it on the newcomer alone would deadlock).
 _world = 0
+# Optimizers using an hvd_compress compressor, for the hvd.join() refusal.
+_compressed = weakref.WeakSet()
 
 
 def new_world() -> None:
@@ -51,9 +60,54 @@ def new_world() -> None:
     _world += 1
 
 
+class _State:
+    """What hvd_compress keeps per DistributedOptimizer (as ``optimizer._hvd_compress``)."""
+
+    def __init__(self, optimizer) -> None:
+        self.id = optimizer_id(list(optimizer._parameter_names.values()))
+        self.exchange = Exchange(f"hvd_compress.{self.id}", optimizer.process_set,
+                                 optimizer.op == hvd.Average)
+        self.agreement: Agreement | None = None
+        self.world: int | None = None
+
+    def agree(self, optimizer) -> Agreement:
+        """This world's agreement check, started."""
+        if self.world != _world:
+            description = {"compression": _describe(optimizer._compression),
+                           "parameters": sorted((optimizer._parameter_names.get(p), tuple(p.shape),
+                                                 str(p.dtype)) for p in optimizer._requires_update)}
+            self.agreement = Agreement(f"hvd_compress.agreement.{self.id}", description,
+                                       optimizer.process_set)
+            self.world = _world
+            self.agreement.start()
+        return self.agreement
+
+
+def _describe(compression) -> str:
+    if isinstance(compression, Compressor):
+        return compression.spec()
+    return getattr(compression, "__name__", type(compression).__name__)
+
+
+def _validate(compression) -> None:
+    """Refuses at construction what would otherwise fail inside the first gradient hook."""
+    if isinstance(compression, type) and issubclass(compression, Compressor):
+        raise TypeError(f"compression= takes a compressor instance, got the class "
+                        f"{compression.__name__}: pass compression=hvd_compress.{compression.__name__}()"
+                        " (with its options), unlike Horovod's own compressors, which are classes")
+    if isinstance(compression, str):
+        raise TypeError(f"compression= takes a compressor, got the string {compression!r}: "
+                        f"pass compression=hvd_compress.from_spec({compression!r})")
+    if not (callable(getattr(compression, "compress", None))
+            and callable(getattr(compression, "decompress", None))):
+        raise TypeError(f"compression= takes an hvd_compress compressor or one of Horovod's "
+                        f"(hvd.Compression.none, hvd.Compression.fp16), got {compression!r}")
+
+
 @functools.wraps(_horovod_init)
 def _init(self, params, named_parameters, compression, backward_passes_per_step=1,
           op=hvd.Average, gradient_predivide_factor=1.0, groups=None, *args, **kwargs):
+    _validate(compression)
     if isinstance(compression, Compressor):
         if groups is not None:
             raise ValueError(
@@ -64,6 +118,10 @@ def _init(self, params, named_parameters, compression, backward_passes_per_step=
             raise ValueError(f"hvd_compress compressors support op=hvd.Average or hvd.Sum, got {op}")
     _horovod_init(self, params, named_parameters, compression, backward_passes_per_step, op,
                   gradient_predivide_factor, groups, *args, **kwargs)
+    self._hvd_compress = _State(self)
+    if isinstance(compression, Compressor):
+        compression.serve(sorted(self._parameter_names.values()))
+        _compressed.add(self)
 
 
 @functools.wraps(_horovod_adasum_init)
@@ -73,57 +131,61 @@ def _adasum_init(self, params, named_parameters, compression, *args, **kwargs):
     _horovod_adasum_init(self, params, named_parameters, compression, *args, **kwargs)
 
 
-def _describe(compression) -> str:
-    if isinstance(compression, Compressor):
-        return compression.spec()
-    return getattr(compression, "__name__", type(compression).__name__)
-
-
-def _check_agreement(self) -> None:
-    """Once per optimizer and Horovod world, before its first collective: every rank must use
-    the same compression and the same parameter names, shapes and dtypes. A rank that differs would
-    otherwise take another path for some tensor and every rank would wait forever on a
-    collective the others never start; instead every rank raises a ValueError naming the
-    difference. Runs over the global process set (Horovod 0.28.1's allgather_object knows no
-    other), so optimizers on a smaller process set are not checked."""
-    self._hvd_compress_world = _world
-    if self.process_set != hvd.global_process_set:
-        return
-    mine = {"compression": _describe(self._compression),
-            "parameters": sorted((name, tuple(p.shape), str(p.dtype))
-                                 for p, name in self._parameter_names.items() if p.requires_grad)}
-    everyone = hvd.allgather_object(mine, name="hvd_compress.agreement")
-    for rank, theirs in enumerate(everyone):
-        if theirs["compression"] != everyone[0]["compression"]:
-            raise ValueError(f"hvd_compress: ranks disagree on compression=: rank 0 uses "
-                             f"{everyone[0]['compression']!r}, rank {rank} uses "
-                             f"{theirs['compression']!r}; every rank must pass the same one")
-        if theirs["parameters"] != everyone[0]["parameters"]:
-            differing = sorted(set(theirs["parameters"]) ^ set(everyone[0]["parameters"]))
-            raise ValueError(f"hvd_compress: ranks disagree on the model: rank 0 and rank {rank} "
-                             f"differ in parameters (name, shape, dtype) {differing[:4]}")
-
-
 @functools.wraps(_horovod_allreduce_grad_async)
 def _allreduce_grad_async(self, p):
-    if getattr(self, "_hvd_compress_world", None) != _world:
-        _check_agreement(self)
+    state = self._hvd_compress
+    state.agree(self)
     compressor = self._compression
     if not isinstance(compressor, Compressor):
         return _horovod_allreduce_grad_async(self, p)
+    # No gradient this step: none computed (Horovod zero-fills it below) or a frozen parameter.
+    absent = p.grad is None or not p.requires_grad
     if p.grad is None:
         # As Horovod does: other ranks may have a gradient for p this step.
         p.grad = p.data.new(p.size()).zero_()
+    name = self._parameter_names.get(p)
     if not compressor.compressible(p.grad):
+        if p.grad.dtype in dense.WIDENED:
+            return dense.start(p.grad, name, state.exchange), None
         return _horovod_allreduce_grad_async(self, p)
     # gradient_predivide_factor only splits Horovod's scaling of a summing allreduce into a
     # pre- and a post-factor; we sum in fp32 and scale once, which is the same average.
-    name = self._parameter_names.get(p)
     start = COMMUNICATORS[compressor.communication]
-    return start(compressor, p.grad, name, self.op == hvd.Average, self.process_set), None
+    return start(compressor, p.grad, name, state.exchange, absent), None
+
+
+@functools.wraps(_horovod_synchronize)
+def _synchronize(self):
+    if not self.process_set.included():
+        return _horovod_synchronize(self)
+    state = self._hvd_compress
+    ours = isinstance(self._compression, Compressor)
+    if ours and self._synchronized and not self._handles:
+        # A second synchronize() in one step (step() without skip_synchronize(); Horovod warns):
+        # the gradients already hold the aggregate, and compressing it again would put the
+        # average into the residuals and send it twice.
+        return None
+    state.agree(self).verify()
+    return _horovod_synchronize(self)
+
+
+@functools.wraps(_horovod_join)
+def _join(*args, **kwargs) -> int:
+    gc.collect()  # optimizers of finished training loops live in reference cycles until then
+    if any(True for _ in _compressed):
+        raise ValueError(
+            "hvd.join() is not supported with hvd_compress compressors: Horovod cannot run the "
+            "allgather and alltoall collectives compressed gradients travel by once a rank has "
+            "joined. Give every rank the same number of steps instead (e.g. cut each rank's "
+            "batches to the smallest count: n = hvd.allreduce(torch.tensor(len(loader)), "
+            "op=hvd.Min)), or use hvd.Compression.none/fp16 for a job with uneven data.")
+    return _horovod_join(*args, **kwargs)
 
 
 def install() -> None:
     _Distributed.__init__ = _init
     _Distributed._allreduce_grad_async = _allreduce_grad_async
+    _Distributed.synchronize = _synchronize
     _Adasum.__init__ = _adasum_init
+    mpi_ops.join = _join
+    hvd.join = _join

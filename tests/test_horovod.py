@@ -24,7 +24,7 @@ def gradient(step: int, rank: int, name: str):
 def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> list[dict]:
     """What every rank should hold after each step: the same algorithm run in one process, one
     compressor (with its worker and server residuals) per simulated rank, payloads summed in
-    rank order."""
+    rank order. A gradient of None is absent: that rank sends nothing and keeps its residual."""
     import torch
 
     import hvd_compress as hc
@@ -35,13 +35,14 @@ def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> lis
         out = {}
         for name, shape in SHAPES.items():
             grads = [g[step][name] for g in grads_per_rank]
-            if not compressors[0].compressible(grads[0]):
-                total = sum(grads) / (len(grads) if average else 1)
+            present = [(c, g) for c, g in zip(compressors, grads) if g is not None]
+            if not compressors[0].compressible(torch.zeros(shape)):
+                total = sum(g for _, g in present) / (len(grads) if average else 1)
             elif compressors[0].communication == "twophase":
                 total = _twophase_reference(compressors, name, grads, average).view(shape)
             else:
-                total = torch.zeros(grads[0].numel())
-                for c, g in zip(compressors, grads):
+                total = torch.zeros(torch.Size(shape).numel())
+                for c, g in present:
                     c.decode_add(c.encode(c.memory.compensate(name, g), g), total, g.shape)
                 total = total.view(shape) / (len(grads) if average else 1)
             out[name] = total
@@ -54,16 +55,20 @@ def _twophase_reference(compressors, name, grads, average):
 
     from hvd_compress.communication.twophase import chunk_bounds
 
-    ranks, n = len(grads), grads[0].numel()
+    ranks, n = len(grads), torch.Size(SHAPES[name]).numel()
     bounds = chunk_bounds(n, ranks)
-    accs = [c.memory.compensate(name, g) for c, g in zip(compressors, grads)]
-    chunks = [[c.encode(acc[lo:hi], acc[lo:hi]) for lo, hi in bounds] for c, acc in zip(compressors, accs)]
+    accs = [c.memory.compensate(name, g) if g is not None else None for c, g in zip(compressors, grads)]
+    chunks = [[c.encode(acc[lo:hi], acc[lo:hi]) for lo, hi in bounds] if acc is not None else None
+              for c, acc in zip(compressors, accs)]
     total = torch.zeros(n)
     for j, (lo, hi) in enumerate(bounds):
         server = compressors[j]  # rank j reduces chunk j and keeps its server residual
         mine = torch.zeros(hi - lo)
-        for r in range(ranks):
-            server.decode_add(chunks[r][j], mine, mine.shape)
+        present = [rank_chunks[j] for rank_chunks in chunks if rank_chunks is not None]
+        for chunk in present:
+            server.decode_add(chunk, mine, mine.shape)
+        if not present:  # no rank had a gradient: nothing sent, server residual kept
+            continue
         if average:
             mine /= ranks
         reduced = server.memory.compensate(f"{name}#server", mine)
@@ -100,7 +105,7 @@ def _synchronized_grads(spec, steps, op_name="Average", passes=1, predivide=1.0,
 
     def inputs(rank):
         return [{n: (sum(gradient(passes * s + m, rank, n) for m in range(passes))
-                     if (s, rank, n) not in skip else torch.zeros(SHAPES[n]))
+                     if (s, rank, n) not in skip else None)
                  for n in SHAPES} for s in range(steps)]
 
     return got, [inputs(r) for r in range(hvd.size())]
@@ -183,12 +188,13 @@ def all_checks(specs: list[str]) -> dict:
     hvd.init()
     torch.set_num_threads(1)
     found = {"refusals": _refusals(), "plain": _plain_horovod_unchanged(), "errors": {}, "digests": {}, "stats": {}}
-    skip = {(1, 0, "v"), (2, 1, "w"), (2, 0, "b")}  # parameters without a gradient that step
+    # parameters without a gradient that step: on one rank, and on every rank (step 3, "v")
+    skip = {(1, 0, "v"), (2, 1, "w"), (2, 0, "b")} | {(3, rank, "v") for rank in range(hvd.size())}
     cases = {"average": {}, "sum": {"op_name": "Sum"}, "predivide": {"predivide": 2.0},
              "passes": {"passes": 2}, "missing_grads": {"skip": skip}}
     for spec in specs:
         for case, kwargs in cases.items():
-            got, inputs = _synchronized_grads(spec, steps=3, **kwargs)
+            got, inputs = _synchronized_grads(spec, steps=4, **kwargs)
             want = reference(spec, inputs, average=kwargs.get("op_name") != "Sum")
             found["errors"][spec, case] = _max_error(got, want)
         found["digests"][spec], found["stats"][spec] = _train_digest(spec)

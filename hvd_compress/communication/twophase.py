@@ -14,13 +14,12 @@ Each rank sends about (p-1)/p + 1/p compressed tensors and decodes 2 (against p-
 allgather of payloads). Phase 1 starts in the gradient hook; phases 2 and 3 run in
 ``synchronize()``. Tensors with fewer than 8 p elements take the allgather path.
 """
-import threading
-
 import horovod.torch as hvd
 import torch
 
 from ..compressor import Compressor
 from . import allgather, framing
+from .base import Exchange, Wait, contribution, decode_sum, encoded
 
 
 def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
@@ -32,40 +31,42 @@ def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
 class _Reduction:
     """One tensor's two-phase allreduce, from phase 1 in flight to the aggregate."""
 
-    def __init__(self, compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
-                 process_set: hvd.ProcessSet) -> None:
-        self.compressor, self.grad, self.name = compressor, grad, name
-        self.average, self.process_set = average, process_set
-        self.ranks = process_set.size()
+    def __init__(self, compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
+                 absent: bool) -> None:
+        self.compressor, self.grad, self.name, self.exchange = compressor, grad, name, exchange
+        self.ranks = exchange.process_set.size()
         self.bounds = chunk_bounds(grad.numel(), self.ranks)
-        acc, finite = allgather.compensated(compressor, name, grad)
+        acc, finite = contribution(compressor, name, grad, absent)
         self.tag = framing.tag_of(compressor.spec(), tuple(grad.shape), "twophase")
-        frames = [framing.frame(allgather.encoded(compressor, acc[lo:hi], acc[lo:hi], finite),
-                                self.tag, finite) for lo, hi in self.bounds]
+        # Each chunk is encoded as a flat tensor of its own (one scale group per chunk).
+        chunks = [None if acc is None else acc[lo:hi] for lo, hi in self.bounds]
+        frames = [framing.frame(encoded(compressor, chunk, grad if chunk is None else chunk, finite),
+                                self.tag, finite) for chunk in chunks]
         self.sent = sum(f.numel() for f in frames)
         self.phase1 = hvd.alltoall_async(
             torch.cat(frames), splits=torch.tensor([f.numel() for f in frames], dtype=torch.int32),
-            name=f"hvd_compress.{name}.scatter", process_set=process_set)
+            name=exchange.name(name, ".scatter"), process_set=exchange.process_set)
         self.phase2 = None
 
     def start_phase2(self) -> None:
         """Waits for this rank's chunk, reduces and re-compresses it, starts the allgather."""
         received, _ = hvd.synchronize(self.phase1)
-        lo, hi = self.bounds[self.process_set.rank()]
+        lo, hi = self.bounds[self.exchange.process_set.rank()]
         mine = torch.zeros(hi - lo, dtype=torch.float32, device=self.grad.device)
         bodies, finite = framing.unframe(received, self.tag, self.ranks, repr(self.name))
-        for body in bodies if finite else ():
-            self.compressor.decode_add(body, mine, mine.shape)
-        if self.average:
+        present = decode_sum(self.compressor, bodies, mine, mine.shape) if finite else 0
+        if self.exchange.average:
             mine.div_(self.ranks)
         body = torch.empty(0, dtype=torch.uint8, device=mine.device)
-        if finite:  # else the server residual stays as it was, clean
+        # Non-finite: the server residual stays as it was, clean. No rank had a gradient: it
+        # stays too, so that a frozen parameter does not move.
+        if finite and present:
             server = self.compressor.memory.compensate(f"{self.name}#server", mine)
             body = self.compressor.encode(server, server)
         reduced = framing.frame(body, self.tag, finite)
         self.sent += reduced.numel()
-        self.phase2 = hvd.allgather_async(reduced, name=f"hvd_compress.{self.name}.gather",
-                                          process_set=self.process_set)
+        self.phase2 = hvd.allgather_async(reduced, name=self.exchange.name(self.name, ".gather"),
+                                          process_set=self.exchange.process_set)
 
     def result(self) -> torch.Tensor:
         gathered = hvd.synchronize(self.phase2)
@@ -75,34 +76,31 @@ class _Reduction:
             return torch.full_like(self.grad, float("nan"))
         total = torch.zeros(self.grad.numel(), dtype=torch.float32, device=self.grad.device)
         for (lo, hi), body in zip(self.bounds, bodies):
-            self.compressor.decode_add(body, total[lo:hi], total[lo:hi].shape)
+            decode_sum(self.compressor, [body], total[lo:hi], total[lo:hi].shape)
         return total.view(self.grad.shape).to(self.grad.dtype)
 
 
-# Reductions whose phase 2 has not started. Before any rank blocks on a phase 2 it starts the
-# phase 2 of every pending reduction: ranks finish tensors in different orders (a parameter
-# without a gradient is submitted late on one rank), and a rank waiting on the allgather of
-# tensor A while another waits on that of B would otherwise hang both.
-_pending: list[_Reduction] = []
-_lock = threading.Lock()
-
-
 def _finish(reduction: _Reduction) -> torch.Tensor:
-    with _lock:
-        ready, _pending[:] = list(_pending), []
+    """Before any rank blocks on a phase 2 it starts the phase 2 of every pending reduction of
+    its optimizer: ranks finish tensors in different orders (a parameter without a gradient is
+    submitted late on one rank), and a rank waiting on the allgather of tensor A while another
+    waits on that of B would otherwise hang both."""
+    exchange = reduction.exchange
+    with exchange.lock:
+        ready, exchange.pending[:] = list(exchange.pending), []
     for other in ready:
         other.start_phase2()
     return reduction.result()
 
 
-def start(compressor: Compressor, grad: torch.Tensor, name: str, average: bool,
-          process_set: hvd.ProcessSet) -> allgather.Wait:
-    """Compresses ``grad`` and starts phase 1; the handle finishes the allreduce and yields the
-    aggregate in ``grad``'s shape and dtype."""
-    last_lo, last_hi = chunk_bounds(grad.numel(), process_set.size())[-1]
+def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
+          absent: bool = False) -> Wait:
+    """Compresses ``grad`` (nothing when ``absent``: see base.py) and starts phase 1; the handle
+    finishes the allreduce and yields the aggregate in ``grad``'s shape and dtype."""
+    last_lo, last_hi = chunk_bounds(grad.numel(), exchange.process_set.size())[-1]
     if last_lo == last_hi:  # too small to give every rank a chunk
-        return allgather.start(compressor, grad, name, average, process_set)
-    reduction = _Reduction(compressor, grad, name, average, process_set)
-    with _lock:
-        _pending.append(reduction)
-    return allgather.Wait(lambda: _finish(reduction))
+        return allgather.start(compressor, grad, name, exchange, absent)
+    reduction = _Reduction(compressor, grad, name, exchange, absent)
+    with exchange.lock:
+        exchange.pending.append(reduction)
+    return Wait(lambda: _finish(reduction), name)

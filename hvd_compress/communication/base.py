@@ -1,0 +1,101 @@
+"""What every communicator shares: the per-optimizer exchange, the handle Horovod's
+``synchronize()`` calls, a rank's contribution (gradient + residual, with the finite check) and
+the decoding of received bodies.
+
+A rank's contribution for one tensor and step is one of three things:
+
+* present: gradient + residual, compressed; the residual keeps what was not sent;
+* absent: the parameter got no gradient on this rank this step (a frozen layer, a branch this
+  rank's forward pass did not take). Horovod would zero-fill it; compressing that zero would send
+  the stored residual and move a parameter nobody computed a gradient for. Instead the rank sends
+  an empty body and leaves its residual alone. An empty body adds nothing when decoded (every
+  method's real payload is at least one byte long);
+* non-finite: the gradient holds NaN or Inf. The residual is cleared (else the poison stays there
+  for every later step) and the rank sends a flagged empty body; every rank's aggregate for the
+  tensor is then NaN for this step.
+"""
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import horovod.torch as hvd
+import torch
+from horovod.common.exceptions import HorovodInternalError
+
+from ..compressor import Compressor
+
+
+@dataclass
+class Exchange:
+    """One DistributedOptimizer's compressed collectives.
+
+    ``prefix`` names them (``f"{prefix}.{parameter}"``): it holds the optimizer's construction
+    index, so two optimizers whose models share parameter names ("0.weight" in two
+    nn.Sequential) never submit collectives of the same name. ``pending`` holds this optimizer's
+    two-phase reductions whose phase 2 has not started (communication/twophase.py); it is per
+    optimizer, so one optimizer's synchronize() never waits on another's collectives."""
+
+    prefix: str
+    process_set: hvd.ProcessSet
+    average: bool
+    pending: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def name(self, parameter: str, phase: str = "") -> str:
+        return f"{self.prefix}.{parameter}{phase}"
+
+
+class Wait:
+    """A handle Horovod's ``synchronize()`` can call: finishes the collective at most once.
+
+    A Horovod error while finishing (a rank died, or stopped on an error of its own, such as
+    hvd_compress refusing ``hvd.join()``) is re-raised as a HorovodInternalError, the type
+    Horovod elastic recovers from, that names the tensor and says where to look."""
+
+    def __init__(self, finish: Callable[[], torch.Tensor], what: str = "") -> None:
+        self._finish = finish
+        self._what = what
+        self._result: torch.Tensor | None = None
+
+    def __call__(self) -> torch.Tensor:
+        if self._result is None:
+            try:
+                self._result = self._finish()
+            except HorovodInternalError as err:
+                raise HorovodInternalError(
+                    f"hvd_compress: the collective for {self._what!r} failed: {err}. Another rank "
+                    "has probably stopped; its own output names the cause") from err
+            self._finish = None
+        return self._result
+
+
+def contribution(compressor: Compressor, name: str, grad: torch.Tensor,
+                 absent: bool) -> tuple[torch.Tensor | None, bool]:
+    """(gradient + residual, whether the gradient is finite) for a present gradient; (None,
+    True) for an absent one, whose residual stays untouched. See the module docstring."""
+    if absent:
+        return None, True
+    finite = bool(torch.isfinite(grad).all())
+    acc = compressor.memory.compensate(name, grad)
+    if not finite:
+        acc.zero_()
+    return acc, finite
+
+
+def encoded(compressor: Compressor, acc: torch.Tensor | None, grad: torch.Tensor,
+            finite: bool) -> torch.Tensor:
+    """The body a rank sends: the compressed ``acc``, or empty when absent or non-finite."""
+    if acc is None or not finite:
+        return torch.empty(0, dtype=torch.uint8, device=grad.device)
+    return compressor.encode(acc, grad)
+
+
+def decode_sum(compressor: Compressor, bodies: Iterable[torch.Tensor], out: torch.Tensor,
+               shape: torch.Size) -> int:
+    """Adds every non-empty body to ``out``; returns how many there were."""
+    count = 0
+    for body in bodies:
+        if body.numel():
+            compressor.decode_add(body, out, shape)
+            count += 1
+    return count
