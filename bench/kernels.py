@@ -1,6 +1,6 @@
-"""Kernel speed: each compressor's compress + residual update, and decompress + aggregate,
-side by side with straightforward torch versions and the memory-bandwidth floor (a
-preallocated ``copy_`` of the same tensor), in one run on this machine.
+"""Kernel speed: each compressor's compress + residual update (the finite check included), and
+decompress + aggregate, side by side with straightforward torch versions and the
+memory-bandwidth floor (a preallocated ``copy_`` of the same tensor), in one run on this machine.
 
     .venv/bin/python bench/kernels.py            # 1M and 25M fp32 elements
     .venv/bin/python bench/kernels.py --quick    # 1M only
@@ -20,6 +20,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hvd_compress as hc  # noqa: E402
 from common import RESULTS, machine  # noqa: E402
+from hvd_compress.communication.base import contribution  # noqa: E402
+from hvd_compress.memory import fold  # noqa: E402
 
 AGGREGATED_RANKS = 4  # decode + aggregate sums this many payloads
 
@@ -50,8 +52,20 @@ def torch_onebit(x: torch.Tensor) -> None:
 
 
 def ours(compressor: hc.Compressor, grad: torch.Tensor):
-    """One step of ours: residual += grad, compress, residual -= what was sent."""
-    return lambda: compressor.encode(compressor.memory.compensate("g", grad), grad)
+    """One step of ours, as the hook runs it: residual += grad with the finite check, compress,
+    residual -= what was sent."""
+    def step():
+        acc, _ = contribution(compressor, "g", grad, absent=False)
+        return compressor.encode(acc, grad)
+
+    return step
+
+
+def torch_compensate(residual: torch.Tensor, grad: torch.Tensor) -> bool:
+    """What the hook did before the fused kernel: the finite check and the add, in torch."""
+    finite = bool(torch.isfinite(grad).all())
+    residual.add_(grad)
+    return finite
 
 
 def bench_size(n: int, repeats: int) -> dict:
@@ -62,6 +76,9 @@ def bench_size(n: int, repeats: int) -> dict:
     rows["copy_ (bandwidth floor)"] = median_ms(lambda: dst.copy_(grad), tuple, repeats)
     rows["torch topk 1% + gather"] = median_ms(lambda x: torch_topk(x, k), lambda: (grad.clone(),), repeats)
     rows["torch one-bit (masked means)"] = median_ms(torch_onebit, lambda: (grad.clone(),), repeats)
+    residual = torch.zeros_like(grad)
+    rows["finite check + add, torch"] = median_ms(lambda: torch_compensate(residual, grad), tuple, repeats)
+    rows["finite check + add, fused"] = median_ms(lambda: fold(residual, grad, True), tuple, repeats)
     compressors = {"TopK 1% sampled": hc.TopK(0.01), "TopK 1% exact": hc.TopK(0.01, selection="exact"),
                    "OneBit": hc.OneBit(), "AdaComp": hc.AdaComp()}
     decode = {}

@@ -18,7 +18,8 @@ def kernels_table(result: dict) -> str:
     head = "| compress + residual update | " + " | ".join(
         f"{int(n) / 1e6:g}M ms | vs copy_ | vs torch" for n in sizes) + " |"
     lines = [head, "|---" * (1 + 3 * len(sizes)) + "|"]
-    references = {"TopK": "torch topk 1% + gather", "OneBit": "torch one-bit (masked means)"}
+    references = {"TopK": "torch topk 1% + gather", "OneBit": "torch one-bit (masked means)",
+                  "finite check + add, fused": "finite check + add, torch"}
     for label in result["sizes"][sizes[0]]["compress_ms"]:
         cells = []
         for n in sizes:

@@ -4,35 +4,57 @@ this step is kept per parameter and added to the next step's gradient.
 A memory hands the compressor one fp32 buffer per parameter holding gradient + residual. The
 kernels subtract what they send from that buffer in place, so after compression it holds the new
 residual and no second pass is needed. Residuals are fp32 whatever the gradient's dtype.
+
+Folding the gradient into the buffer and checking it for NaN and Inf is one pass over the
+gradient (``kernels/compensate_cpu.py``) for fp32 gradients on the CPU; other dtypes and devices
+take two torch passes.
 """
 import threading
 
 import torch
 
+from .kernels import arrays, compensate_cpu
+
+
+def fold(buf: torch.Tensor, grad: torch.Tensor, keep: bool) -> bool:
+    """``buf += grad`` (``keep``) or ``buf = grad``; returns whether ``grad`` is finite."""
+    flat = grad.detach().reshape(-1)
+    if flat.device.type == "cpu" and flat.dtype == torch.float32:
+        return compensate_cpu.fold(arrays.view(buf), arrays.view(flat), keep) == 0
+    finite = bool(torch.isfinite(flat).all())
+    buf.add_(flat) if keep else buf.copy_(flat)
+    return finite
+
 
 class ResidualMemory:
     """Keeps each parameter's unsent remainder and adds it to its next gradient."""
+
+    #: whether the residual is added to the next gradient (False: dropped)
+    keeps = True
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
         self._lock = threading.Lock()  # hooks may run on autograd's device threads
 
-    def _buffer(self, name: str, like: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    def _buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
         with self._lock:
             buf = self._buffers.get(name)
             if buf is not None and buf.device != like.device and buf.numel() == like.numel():
                 buf = self._buffers[name] = buf.to(like.device)  # e.g. loaded from a CPU checkpoint
-            fresh = buf is None or buf.numel() != like.numel()
-            if fresh:
-                buf = torch.zeros(like.numel(), dtype=torch.float32, device=like.device)
-                self._buffers[name] = buf
-            return buf, fresh
+            if buf is None or buf.numel() != like.numel():
+                buf = self._buffers[name] = torch.zeros(like.numel(), dtype=torch.float32,
+                                                        device=like.device)
+            return buf
+
+    def compensate_checked(self, name: str, grad: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """(the buffer holding grad + residual, flat, fp32; whether grad is finite).
+        Compression edits the buffer in place."""
+        buf = self._buffer(name, grad)
+        return buf, fold(buf, grad, self.keeps)
 
     def compensate(self, name: str, grad: torch.Tensor) -> torch.Tensor:
-        """Returns the buffer holding grad + residual, flat, fp32; compression edits it in place."""
-        buf, _ = self._buffer(name, grad)
-        buf.add_(grad.reshape(-1))
-        return buf
+        """The buffer holding grad + residual, flat, fp32; compression edits it in place."""
+        return self.compensate_checked(name, grad)[0]
 
     def residuals(self) -> dict[str, torch.Tensor]:
         with self._lock:
@@ -48,7 +70,4 @@ class ResidualMemory:
 class NoMemory(ResidualMemory):
     """Plain lossy compression (for ablations): what is not sent is dropped."""
 
-    def compensate(self, name: str, grad: torch.Tensor) -> torch.Tensor:
-        buf, _ = self._buffer(name, grad)
-        buf.copy_(grad.reshape(-1))
-        return buf
+    keeps = False

@@ -61,3 +61,9 @@ def adacomp_decode(scale: np.float32, codes: np.ndarray, n: int) -> np.ndarray:
     index = np.where(codes >= 0, codes, ~codes)
     np.add.at(out, index, np.where(codes >= 0, scale, -scale).astype(np.float32))
     return out
+
+
+def fold(acc: np.ndarray, grad: np.ndarray, keep: bool) -> tuple[np.ndarray, int]:
+    """(acc + grad, or grad without error feedback; the number of non-finite entries of grad)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (acc + grad if keep else grad.copy()), int((~np.isfinite(grad)).sum())

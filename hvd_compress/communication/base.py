@@ -75,8 +75,7 @@ def contribution(compressor: Compressor, name: str, grad: torch.Tensor,
     True) for an absent one, whose residual stays untouched. See the module docstring."""
     if absent:
         return None, True
-    finite = bool(torch.isfinite(grad).all())
-    acc = compressor.memory.compensate(name, grad)
+    acc, finite = compressor.memory.compensate_checked(name, grad)
     if not finite:
         acc.zero_()
     return acc, finite

@@ -31,14 +31,21 @@ def _bin_max_and_count(acc, grad, bin_size, gmax, sent):
 
 
 @serial_and_parallel
-def _emit(acc, grad, bin_size, gmax, offsets, scale, codes):
+def _emit(acc, grad, bin_size, gmax, offsets, sent, scale, codes):
+    """Writes bin b's ``sent[b]`` codes from ``offsets[b]`` on.
+
+    Few entries are sent (0.2-2% on our models), so bins without any are skipped and a bin
+    stops at its last code, and the per-element test stays a branch, which is then predictable.
+    Measured (25M elements, bins of 50, 2% sent, serial): 24 ms like this, 29 ms without the
+    skip and stop; a branch-free emit (every element writes a code to a cursor that moves by
+    whether it was sent) 132 ms, and a branch-free pre-test of blocks of 16 elements 33 ms."""
     for b in prange(gmax.size):
-        m = gmax[b]
-        if m == 0:
+        if sent[b] == 0:
             continue
+        m = gmax[b]
         g = acc[b * bin_size:(b + 1) * bin_size]
         d = grad[b * bin_size:(b + 1) * bin_size]
-        j = offsets[b]
+        j, end = offsets[b], offsets[b] + sent[b]
         for i in range(g.size):
             if abs(g[i] + d[i]) >= m:
                 if g[i] >= 0:
@@ -48,6 +55,8 @@ def _emit(acc, grad, bin_size, gmax, offsets, scale, codes):
                     codes[j] = ~(b * bin_size + i)
                     g[i] += scale
                 j += 1
+                if j == end:
+                    break
 
 
 def select(acc: np.ndarray, grad: np.ndarray, bin_size: int) -> tuple[np.float32, np.ndarray]:
@@ -60,7 +69,7 @@ def select(acc: np.ndarray, grad: np.ndarray, bin_size: int) -> tuple[np.float32
     offsets = np.zeros(bins, np.int64)
     np.cumsum(sent[:-1], out=offsets[1:])
     codes = np.empty(int(sent.sum()), np.int32)
-    _emit(acc, grad, bin_size, gmax, offsets, scale, codes)
+    _emit(acc, grad, bin_size, gmax, offsets, sent, scale, codes)
     return scale, codes
 
 

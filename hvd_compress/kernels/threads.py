@@ -32,15 +32,19 @@ def threads_per_rank() -> int:
     return max(1, min(numba.config.NUMBA_NUM_THREADS, cores // local_ranks))
 
 
-def serial_and_parallel(fn: Callable) -> Callable:
-    """Compiles ``fn`` (written with ``prange``) twice; the result dispatches on ``arg0.size``."""
-    serial = njit(cache=True)(fn)
+def serial_and_parallel(fn: Callable | None = None, *, fastmath: bool | set = False) -> Callable:
+    """Compiles ``fn`` (written with ``prange``) twice; the result dispatches on ``arg0.size``.
+    ``fastmath`` is Numba's: ``{"reassoc"}`` lets LLVM vectorize a floating-point sum (a
+    different, still deterministic, order of additions)."""
+    if fn is None:
+        return functools.partial(serial_and_parallel, fastmath=fastmath)
+    serial = njit(cache=True, fastmath=fastmath)(fn)
     # A separate function object with its own name: Numba's on-disk cache keys entries by the
     # function's qualified name and signature, not by the parallel flag.
     twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + "_parallel",
                               fn.__defaults__, fn.__closure__)
     twin.__qualname__ = fn.__qualname__ + "_parallel"
-    parallel = njit(cache=True, parallel=True)(twin)
+    parallel = njit(cache=True, parallel=True, fastmath=fastmath)(twin)
 
     def dispatch(*args):
         threads = threads_per_rank()
