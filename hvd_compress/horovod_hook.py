@@ -108,6 +108,8 @@ def _validate(compression) -> None:
 def _init(self, params, named_parameters, compression, backward_passes_per_step=1,
           op=hvd.Average, gradient_predivide_factor=1.0, groups=None, *args, **kwargs):
     _validate(compression)
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)  # read twice below; Horovod lists it too
     if isinstance(compression, Compressor):
         if groups is not None:
             raise ValueError(
@@ -116,11 +118,13 @@ def _init(self, params, named_parameters, compression, backward_passes_per_step=
                 "groups unset; small tensors are fused by Horovod's own tensor fusion anyway.")
         if op not in (hvd.Average, hvd.Sum):
             raise ValueError(f"hvd_compress compressors support op=hvd.Average or hvd.Sum, got {op}")
+        # Before Horovod's __init__, which registers gradient hooks that a refused optimizer
+        # must not leave behind.
+        compression.serve(sorted(name for name, _ in named_parameters or ()))
     _horovod_init(self, params, named_parameters, compression, backward_passes_per_step, op,
                   gradient_predivide_factor, groups, *args, **kwargs)
     self._hvd_compress = _State(self)
     if isinstance(compression, Compressor):
-        compression.serve(sorted(self._parameter_names.values()))
         _compressed.add(self)
 
 
