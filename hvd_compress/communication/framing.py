@@ -3,7 +3,8 @@
 Horovod's allgather concatenates the ranks' tensors and returns no split points. Each part
 therefore starts with an 8-byte header: the body's length and a tag (a checksum of the
 compressor's configuration and the tensor's shape, 31 bits; the sign bit marks a rank whose
-gradient held NaN or Inf, which sends no body). Bodies are padded to 8 bytes so that every
+gradient held NaN or Inf, which sends no body; an unflagged empty body is a rank without a
+gradient for the tensor this step, see base.py). Bodies are padded to 8 bytes so that every
 body starts aligned for float32/int32 views. A tag that differs between ranks means the ranks
 disagree about what they are sending, which is reported instead of decoded into garbage.
 """
