@@ -6,20 +6,46 @@ the caller's module by value and puts ``tests/`` and ``examples/`` on the worker
 import hashlib
 import inspect
 import os
+import threading
 
 import cloudpickle
 import horovod
+import psutil
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_PATH = [os.path.join(REPO, "tests"), os.path.join(REPO, "examples")]
 
 
-def run_workers(fn, num_proc: int, *args) -> list:
+def run_workers(fn, num_proc: int, *args, timeout: float = 600) -> list:
+    """``fn(*args)`` on ``num_proc`` workers; their results in rank order.
+
+    A launch that outlives ``timeout`` seconds (a hang: every launch here takes well under a
+    minute) has its worker processes killed and raises TimeoutError, so that a regression to a
+    deadlock fails the test instead of stalling the suite until CI's limit. The watchdog is a
+    thread that kills this process's descendants: ``horovod.run`` must stay on the main thread
+    (it installs signal handlers), and workers outlive a killed pytest."""
     cloudpickle.register_pickle_by_value(inspect.getmodule(fn))
     path = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     os.environ["PYTHONPATH"] = os.pathsep.join(WORKER_PATH + [p for p in path if p and p not in WORKER_PATH])
-    return horovod.run(fn, args=args, num_proc=num_proc, use_gloo=True,
-                       hosts=f"localhost:{num_proc}")
+    finished, timed_out = threading.Event(), threading.Event()
+
+    def watchdog() -> None:
+        if not finished.wait(timeout):
+            timed_out.set()
+            for child in psutil.Process().children(recursive=True):
+                child.kill()
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    try:
+        return horovod.run(fn, args=args, num_proc=num_proc, use_gloo=True,
+                           hosts=f"localhost:{num_proc}")
+    except Exception as err:
+        if timed_out.is_set():
+            raise TimeoutError(f"{fn.__name__} on {num_proc} workers ran past {timeout} s "
+                               "(a hang?); its workers were killed") from err
+        raise
+    finally:
+        finished.set()
 
 
 def parameters_digest(model) -> str:
