@@ -9,6 +9,7 @@ Writes bench/results/kernels.json (medians in ms, and ratios) and kernels.png;
 ``bench/report.py`` turns it into the README table.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hvd_compress as hc  # noqa: E402
 from common import RESULTS, machine  # noqa: E402
 from hvd_compress.communication.base import contribution  # noqa: E402
+from hvd_compress.kernels import threads  # noqa: E402
 from hvd_compress.memory import fold  # noqa: E402
 
 AGGREGATED_RANKS = 4  # decode + aggregate sums this many payloads
@@ -61,6 +63,19 @@ def ours(compressor: hc.Compressor, grad: torch.Tensor):
     return step
 
 
+@contextlib.contextmanager
+def serial_kernels():
+    """Forces the serial builds of the kernels: what a rank that fills its host runs
+    (hvd_compress/kernels/threads.py). Without it, arrays of 1M elements or more take the
+    parallel builds on this machine's 2 cores."""
+    saved = threads.threads_per_rank
+    threads.threads_per_rank = lambda: 1
+    try:
+        yield
+    finally:
+        threads.threads_per_rank = saved
+
+
 def torch_compensate(residual: torch.Tensor, grad: torch.Tensor) -> bool:
     """What the hook did before the fused kernel: the finite check and the add, in torch."""
     finite = bool(torch.isfinite(grad).all())
@@ -79,12 +94,17 @@ def bench_size(n: int, repeats: int) -> dict:
     residual = torch.zeros_like(grad)
     rows["finite check + add, torch"] = median_ms(lambda: torch_compensate(residual, grad), tuple, repeats)
     rows["finite check + add, fused"] = median_ms(lambda: fold(residual, grad, True), tuple, repeats)
+    with serial_kernels():
+        rows["finite check + add, fused, serial build"] = median_ms(
+            lambda: fold(residual, grad, True), tuple, repeats)
     compressors = {"TopK 1% sampled": hc.TopK(0.01), "TopK 1% exact": hc.TopK(0.01, selection="exact"),
                    "OneBit": hc.OneBit(), "AdaComp": hc.AdaComp()}
     decode = {}
     for label, compressor in compressors.items():
         run = ours(compressor, grad)
         rows[label] = median_ms(run, tuple, repeats)
+        with serial_kernels():
+            rows[label + ", serial build"] = median_ms(run, tuple, repeats)
         payloads = [run() for _ in range(AGGREGATED_RANKS)]
         out = torch.zeros(n)
 

@@ -42,7 +42,9 @@ def kernels_table(result: dict) -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     m = result["machine"]
     lines += ["", f"Measured by `bench/kernels.py` on {m['cpus']} CPUs ({m['processor']}), "
-              f"torch using {result['torch_threads']} threads; medians of 7 runs."]
+              f"torch using {result['torch_threads']} threads; medians of 7 runs. Rows without "
+              "\"serial build\" take the parallel kernel builds from 1M elements on; a rank that "
+              "fills its host runs the serial ones."]
     return "\n".join(lines)
 
 

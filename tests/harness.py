@@ -16,6 +16,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_PATH = [os.path.join(REPO, "tests"), os.path.join(REPO, "examples")]
 
 
+def launched() -> list[psutil.Process]:
+    """This process's living descendants except multiprocessing's resource tracker, which is
+    pytest's own: the launcher's helpers and the workers."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 def run_workers(fn, num_proc: int, *args, timeout: float = 600) -> list:
     """``fn(*args)`` on ``num_proc`` workers; their results in rank order.
 
@@ -32,7 +45,7 @@ def run_workers(fn, num_proc: int, *args, timeout: float = 600) -> list:
     def watchdog() -> None:
         if not finished.wait(timeout):
             timed_out.set()
-            for child in psutil.Process().children(recursive=True):
+            for child in launched():
                 child.kill()
 
     threading.Thread(target=watchdog, daemon=True).start()
