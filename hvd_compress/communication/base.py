@@ -29,9 +29,10 @@ from ..compressor import Compressor
 class Exchange:
     """One DistributedOptimizer's compressed collectives.
 
-    ``prefix`` names them (``f"{prefix}.{parameter}"``): it holds the optimizer's construction
-    index, so two optimizers whose models share parameter names ("0.weight" in two
-    nn.Sequential) never submit collectives of the same name. ``pending`` holds this optimizer's
+    ``prefix`` names them (``f"{prefix}.{parameter}"``): it holds the optimizer's ID
+    (agreement.optimizer_id: a digest of its parameter names and its place among this process's
+    optimizers with the same names), so two optimizers whose models share parameter names
+    ("0.weight" in two nn.Sequential) never submit collectives of the same name. ``pending`` holds this optimizer's
     two-phase reductions whose phase 2 has not started (communication/twophase.py); it is per
     optimizer, so one optimizer's synchronize() never waits on another's collectives."""
 
