@@ -39,7 +39,7 @@ def _aggregate(spec: str, grads: list[torch.Tensor], steps: int = 3) -> torch.Te
         total = torch.zeros(grads[0].numel(), device=grads[0].device)
         for c, g in zip(compressors, grads):
             acc, _ = contribution(c, "g", g, absent=False)
-            c.decode_add(c.encode(acc, g), total, g.shape)
+            c.decode_add(c.encode(acc, g.reshape(-1), g.shape), total, g.shape)
     return total
 
 
@@ -92,7 +92,7 @@ def time_kernels(out: str) -> None:
 
             def step():
                 acc, _ = contribution(c, "g", grad, absent=False)
-                return c.encode(acc, grad)
+                return c.encode(acc, grad.reshape(-1), grad.shape)
 
             rows[label] = _time_ms(step)
             payloads = [step() for _ in range(RANKS)]

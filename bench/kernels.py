@@ -58,7 +58,7 @@ def ours(compressor: hc.Compressor, grad: torch.Tensor):
     residual -= what was sent."""
     def step():
         acc, _ = contribution(compressor, "g", grad, absent=False)
-        return compressor.encode(acc, grad)
+        return compressor.encode(acc, grad.reshape(-1), grad.shape)
 
     return step
 

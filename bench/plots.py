@@ -113,8 +113,38 @@ def kernels(result: dict) -> list[str]:
     return [_save(fig, "kernels.png")]
 
 
+def cost_model(result: dict) -> list[str]:
+    """Per-worker bytes and communication time per step against the worker count, as the cost
+    model projects them (lines, one per method) and as measured (markers, same colour), one
+    row per model: bytes, then time at each link rate."""
+    models = list(result["projection"])
+    rates = list(next(iter(result["projection"][models[0]].values()))["by_rate"])
+    keys = [(m, kind, rate) for m in models for kind, rate in [("bytes", None), *[("seconds", r) for r in rates]]]
+    title = {"bytes": "MB sent per worker and step", "seconds": "communication s/step"}
+    fig, axes = _panels(keys, lambda k: f"{k[0]}: {title[k[1]]}" + (f", {k[2]} Gbit/s" if k[2] else ""))
+    measured = {"bytes": [r for r in result["check"] if r["kind"] == "bytes"],
+                "seconds": [r for r in result["check"] if r["kind"] == "seconds"]}
+    for (model, kind, rate), ax in axes.items():
+        for label, line_ in result["projection"][model].items():
+            points = line_["by_rate"][rate or rates[-1]]
+            scale = 1e6 if kind == "bytes" else 1
+            line, = ax.plot([q["p"] for q in points], [q[kind] / scale for q in points], label=label,
+                            linestyle="--" if "allgather" in label else "-")
+            ours = [r for r in measured[kind] if r["model"] == model and r["method"] == line_["method"]
+                    and (kind == "bytes" or float(rate) == 0.1)]
+            if ours:
+                ax.plot([r["np"] for r in ours], [r["measured"] / scale for r in ours], "o",
+                        color=line.get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("workers")
+    axes[keys[0]].legend(fontsize=6)
+    return [_save(fig, "cost_model.png")]
+
+
 def main() -> None:
-    for name, draw in [("throughput", throughput), ("convergence", convergence), ("kernels", kernels)]:
+    for name, draw in [("throughput", throughput), ("convergence", convergence), ("kernels", kernels),
+                       ("cost_model", cost_model)]:
         result = load(name)
         if result is not None:
             print("wrote", *draw(result))

@@ -49,29 +49,64 @@ def kernels_table(result: dict) -> str:
 
 
 def wire_bytes_table(result: dict) -> str:
-    rates = sorted({c["rate_mbit"] for c in result["cells"].values()}, reverse=True)
-    return "\n\n".join(_wire_bytes_at(result, rate) for rate in rates)
+    groups = dict.fromkeys((c["model"], c["rate_mbit"]) for c in result["cells"].values())
+    return "\n\n".join(_wire_bytes_of(result, model, rate) for model, rate in groups)
 
 
-def _wire_bytes_at(result: dict, rate: float) -> str:
-    cells = [c for c in result["cells"].values() if c["rate_mbit"] == rate]
+def _wire_bytes_of(result: dict, model: str, rate: float) -> str:
+    cells = [c for c in result["cells"].values() if (c["model"], c["rate_mbit"]) == (model, rate)]
     sizes = sorted({c["np"] for c in cells})
-    dense = {c["np"]: c["tx_bytes_per_step"] for c in result["cells"].values() if c["method"] == "none"}
+    dense = {c["np"]: c["tx_bytes_per_step"] for c in cells if c["method"] == "none"}
     lines = ["| method | " + " | ".join(f"np={p} MB sent/step | fewer than dense | samples/s"
-                                        for p in sizes) + " |",
-             "|---" * (1 + 3 * len(sizes)) + "|"]
+                                        for p in sizes) + " | np={0} / np={1} bytes |".format(sizes[-1], sizes[0]),
+             "|---" * (2 + 3 * len(sizes)) + "|"]
     for method in dict.fromkeys(c["method"] for c in cells):
-        row = []
+        row, sent = [], {}
         for p in sizes:
             cell = next((c for c in cells if c["method"] == method and c["np"] == p), None)
-            row += (["", "", ""] if cell is None else
-                    [f"{cell['tx_bytes_per_step'] / 1e6:.2f}",
-                     f"{dense[p] / cell['tx_bytes_per_step']:.1f}x",
-                     f"{cell['samples_per_s']:.0f}"])
-        lines.append(f"| `{method}` | " + " | ".join(row) + " |")
-    first = cells[0]
-    lines += ["", f"Model `{first['model']}`, links at {first['rate_mbit']:g} Mbit/s; bytes are "
-              "each worker's interface tx counter (mean over workers), by `bench/wire_bytes.py`."]
+            if cell is None:
+                row += ["", "", ""]
+                continue
+            sent[p] = cell["tx_bytes_per_step"]
+            row += [f"{sent[p] / 1e6:.2f}", f"{dense[p] / sent[p]:.1f}x" if p in dense else "",
+                    f"{cell['samples_per_s']:.1f}"]
+        growth = f"{sent[sizes[-1]] / sent[sizes[0]]:.2f}x" if len(sent) == len(sizes) else ""
+        lines.append(f"| `{method}` | " + " | ".join(row) + f" | {growth} |")
+    lines += ["", f"Model `{model}`, links at {rate:g} Mbit/s, batch {cells[0].get('batch_size', 32)} "
+              "per worker; bytes are each worker's interface tx counter (mean over workers), by "
+              "`bench/wire_bytes.py`. The workers of a cell share 2 cores: compare samples/s within a "
+              "column, not across world sizes."]
+    return "\n".join(lines)
+
+
+SCALE_FEWER_BYTES = {"topk:ratio=0.01": 40, "onebit": 25, "adacomp": 10}
+
+
+def scale_targets_table(result: dict) -> str:
+    """Issue 11's targets, per model, from the cells of bench/wire_bytes.py."""
+    cells = {(c["model"], c["np"], c["method"]): c for c in result["cells"].values()}
+    largest = max(c["np"] for c in result["cells"].values())
+    lines = ["| model | method | np={0} / np=2 bytes (<= 1.3x) | fewer bytes than dense at np={0} | "
+             "samples/s vs uncompressed at np={0} (>= 5x) | auto vs best forced route, np=4 / np={0} "
+             "(>= 0.95x) |".format(largest), "|---" * 6 + "|"]
+    for model in dict.fromkeys(c["model"] for c in result["cells"].values()):
+        for method, fewer in SCALE_FEWER_BYTES.items():
+            top, two, dense = (cells.get((model, largest, method)), cells.get((model, 2, method)),
+                               cells.get((model, largest, "none")))
+            if not (top and two and dense):
+                continue
+            growth = top["tx_bytes_per_step"] / two["tx_bytes_per_step"]
+            saved = dense["tx_bytes_per_step"] / top["tx_bytes_per_step"]
+            speed = top["samples_per_s"] / dense["samples_per_s"]
+            auto = []
+            for p in (4, largest):
+                forced = [c["samples_per_s"] for (m, q, meth), c in cells.items()
+                          if (m, q) == (model, p) and meth.startswith(method) and "communication=" in meth]
+                if forced and (model, p, method) in cells:
+                    auto.append(_mark(cells[model, p, method]["samples_per_s"] / max(forced), 0.95))
+            lines.append(f"| {model} | `{method}` | {growth:.2f}x {'met' if growth <= 1.3 else '**not met**'} | "
+                         + (_mark(saved, fewer) if model == "widemlp" else f"{saved:.3g}x")
+                         + f" | {_mark(speed, 5)} | {' / '.join(auto)} |")
     return "\n".join(lines)
 
 
@@ -212,6 +247,7 @@ def adacomp_layers_table(result: dict) -> str:
 
 # README marker -> (results file, renderer)
 TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wire_bytes_table),
+          "scale_targets": ("wire_bytes", scale_targets_table),
           "small_tensors": ("small_tensors", small_tensors_table),
           "throughput": ("throughput", throughput_table),
           "throughput_targets": ("throughput", throughput_targets_table),

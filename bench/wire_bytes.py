@@ -1,12 +1,13 @@
-"""Bytes on the wire per worker and step, read from each worker's interface counters on the
-simulated cluster (bench/netsim.py), for each communication method at np=2 and np=4.
+"""Communication at scale: bytes on the wire per worker and step, and samples/s, at np=2, 4 and
+8 on the simulated cluster (bench/netsim.py), each compressor with its default (auto) routes
+beside the same compressor forced onto one route.
 
-    sudo .venv/bin/python bench/wire_bytes.py            # WideMLP (12.6M parameters), 1 Gbit/s
-    sudo .venv/bin/python bench/wire_bytes.py --quick    # np=2 only
+    sudo .venv/bin/python bench/wire_bytes.py            # both models, np=2/4/8, 100 Mbit/s
+    sudo .venv/bin/python bench/wire_bytes.py --quick    # WideMLP, np=2 and 8, defaults only
 
 Writes bench/results/wire_bytes.json (cached per cell: a re-run skips finished cells; --fresh
-starts over). Targets (issue 4, np=4): TopK 1% and OneBit two-phase at least 20x fewer bytes
-than dense fp32; OneBit two-phase per-worker bytes at np=4 within 1.3x of np=2.
+starts over). At np=8 the 8 workers share this machine's 2 cores, so a worker's compute takes
+about 4 times as long as at np=2: compare methods within a world size, not across.
 """
 import argparse
 import os
@@ -18,27 +19,34 @@ from common import ResultCache  # noqa: E402
 from netsim import exit_unless_available  # noqa: E402
 from throughput import measure  # noqa: E402
 
-METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit:communication=twophase",
-           "onebit:communication=allgather", "adacomp"]
+DEFAULTS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp"]
+FORCED = [f"{spec}{',' if ':' in spec else ':'}communication={way}"
+          for spec in ("topk:ratio=0.01", "onebit", "adacomp") for way in ("allgather", "twophase")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="np=2 only")
+    parser.add_argument("--quick", action="store_true", help="WideMLP, np=2 and 8, defaults only")
     parser.add_argument("--fresh", action="store_true", help="ignore cached cells")
-    parser.add_argument("--model", default="widemlp")
-    parser.add_argument("--rate-mbit", type=float, default=1000)
+    parser.add_argument("--models", nargs="+", default=["widemlp", "resnet18"])
+    parser.add_argument("--workers", nargs="+", type=int, default=[2, 4, 8])
+    parser.add_argument("--rate-mbit", type=float, default=100)
+    parser.add_argument("--batch-size", type=int, default=8, help="per worker")
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--methods", nargs="+", default=METHODS, metavar="SPEC")
+    parser.add_argument("--methods", nargs="+", default=DEFAULTS + FORCED, metavar="SPEC")
     args = parser.parse_args()
     exit_unless_available("wire_bytes")
-    cells = {f"{args.model}|np={workers}|{method}|{args.rate_mbit}mbit":
-             lambda workers=workers, method=method: {
-                 "model": args.model, "np": workers, "method": method, "rate_mbit": args.rate_mbit,
-                 **measure(workers, method, args.model, args.rate_mbit, args.steps)}
-             for workers in ([2] if args.quick else [2, 4]) for method in args.methods}
+    if args.quick:
+        args.models, args.workers, args.methods = ["widemlp"], [2, 8], DEFAULTS
+    cells = {f"{model}|np={workers}|{method}|{args.rate_mbit:g}mbit|batch={args.batch_size}":
+             lambda model=model, workers=workers, method=method: {
+                 "model": model, "np": workers, "method": method, "rate_mbit": args.rate_mbit,
+                 "batch_size": args.batch_size,
+                 **measure(workers, method, model, args.rate_mbit, args.steps, args.batch_size)}
+             for model in args.models for workers in args.workers for method in args.methods}
     ResultCache("wire_bytes", args.fresh).sweep(
-        cells, lambda c: f"tx {c['tx_bytes_per_step'] / 1e6:8.2f} MB/step  rx {c['rx_bytes_per_step'] / 1e6:8.2f} MB/step")
+        cells, lambda c: f"tx {c['tx_bytes_per_step'] / 1e6:8.2f} MB/step  {c['samples_per_s']:8.1f} samples/s")
+
 
 if __name__ == "__main__":
     main()

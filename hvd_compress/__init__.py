@@ -7,11 +7,9 @@ Importing this package installs the hook that lets these compressors' payloads c
 network compressed (see ``horovod_hook``); Horovod's own compressors behave as before.
 """
 from . import elastic, horovod_hook
-from .adacomp import AdaComp
 from .compressor import Compressor
-from .onebit import OneBit
+from .methods import AdaComp, OneBit, TopK
 from .spec import from_spec
-from .topk import TopK
 
 horovod_hook.install()
 elastic.install()

@@ -19,6 +19,8 @@ import torch
 from .memory import NoMemory, ResidualMemory
 
 COMPRESSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: the ``communication=`` choices every method takes (hvd_compress/communication/route.py)
+COMMUNICATIONS = ("auto", "allgather", "twophase", "dense")
 
 
 def require(ok: bool, argument: str, allowed: str, value: Any) -> None:
@@ -39,14 +41,20 @@ def one_of(argument: str, value: Any, allowed: tuple) -> None:
 class Compressor:
     #: the name ``from_spec`` knows this method by
     name = "base"
-    #: how payloads travel: "allgather" or "twophase" (see hvd_compress/communication)
-    communication = "allgather"
 
-    def __init__(self, *, error_feedback: bool = True, min_numel: int = 1024) -> None:
+    def __init__(self, *, error_feedback: bool = True, min_numel: int = 1024,
+                 communication: str = "auto", link_gbit: float = 10.0) -> None:
         require(isinstance(error_feedback, bool), "error_feedback", "True or False", error_feedback)
         require(is_int(min_numel) and min_numel >= 0, "min_numel", "an int >= 0", min_numel)
+        one_of("communication", communication, COMMUNICATIONS)
+        require(isinstance(link_gbit, (int, float)) and not isinstance(link_gbit, bool)
+                and link_gbit > 0, "link_gbit", "a number > 0", link_gbit)
         self.error_feedback = error_feedback
         self.min_numel = min_numel
+        #: how payloads travel (hvd_compress/communication/route.py): "auto" picks per tensor
+        self.communication = communication
+        #: the link rate "auto" plans for, Gbit/s
+        self.link_gbit = link_gbit
         self.memory = ResidualMemory() if error_feedback else NoMemory()
         self._lock = threading.Lock()
         self._steps: dict[str, int] = {}
@@ -84,20 +92,37 @@ class Compressor:
         return (grad.layout == torch.strided and grad.dtype in COMPRESSIBLE_DTYPES
                 and grad.numel() >= max(1, self.min_numel))
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        """Compresses ``acc`` (flat fp32, gradient + residual) into a uint8 payload and subtracts
-        what the payload carries from ``acc``, leaving the new residual there. ``grad`` is this
-        step's gradient (original shape and dtype), for methods that look at it or its shape."""
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        """Compresses ``acc`` (flat fp32: gradient + residual) into a uint8 payload and subtracts
+        what the payload carries from ``acc``, leaving the new residual there.
+
+        ``acc`` is a whole parameter's gradient or, in the two-phase allreduce, a contiguous
+        piece of it; ``grad`` is the matching flat piece of this step's gradient (any float
+        dtype), for methods that look at it; ``shape`` is the whole parameter's shape, for
+        per-layer choices. A payload layout that follows the shape (OneBit's per-column scales)
+        applies only to a whole tensor (``acc.numel() == shape.numel()``)."""
         raise NotImplementedError
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
-        """Adds the gradient that ``payload`` carries to ``out`` (flat fp32; the gradient's
-        ``shape``)."""
+        """Adds what ``payload`` carries to ``out`` (flat fp32, the piece ``payload`` was
+        encoded from; ``shape`` as in ``encode``)."""
+        raise NotImplementedError
+
+    def finish(self, total: torch.Tensor) -> None:
+        """Turns ``total`` (flat fp32: the decoded payloads of every rank, summed, or averaged
+        when the optimizer averages) into the aggregate this method defines, in place. The
+        identity for every method whose aggregate is that sum; a majority vote takes its
+        sign. The two-phase allreduce applies it to each reduced region and to the result."""
+
+    def expected_bytes(self, numel: int, shape: torch.Size) -> float:
+        """About how many payload bytes ``encode`` makes of ``numel`` elements of a parameter of
+        ``shape``: what ``communication="auto"`` and the cost model plan with."""
         raise NotImplementedError
 
     def options(self) -> dict[str, Any]:
         """The constructor arguments that define this compressor (for specs and fingerprints)."""
-        return {"error_feedback": self.error_feedback, "min_numel": self.min_numel}
+        return {"error_feedback": self.error_feedback, "min_numel": self.min_numel,
+                "communication": self.communication, "link_gbit": self.link_gbit}
 
     def spec(self) -> str:
         """The ``from_spec`` string that rebuilds this compressor."""

@@ -11,7 +11,8 @@ optimizer class it builds):
   gradient; it then calls ``compression.decompress``, which is the identity for our compressors.
   Communication stays asynchronous: it starts in the hook and is waited on in ``synchronize()``.
 * Any other compression object (``Compression.none``, ``Compression.fp16``, user classes), and
-  the gradients we do not compress (small, sparse, non-float), take Horovod's original path.
+  the gradients we do not compress (small, sparse, non-float, or routed dense by
+  ``communication/route.py``), take Horovod's original path.
 
 ``__init__`` is wrapped too, to refuse up front the options the compressed path cannot honour.
 The wrapped methods are those of Horovod 0.28.1, checked at import.
@@ -26,7 +27,7 @@ from horovod.torch import mpi_ops
 from horovod.torch import optimizer as hvd_optimizer
 
 from .agreement import Agreement, optimizer_id
-from .communication import allgather, dense, twophase
+from .communication import allgather, dense, route, twophase
 from .communication.base import Exchange
 from .compressor import Compressor
 
@@ -148,14 +149,16 @@ def _allreduce_grad_async(self, p):
         # As Horovod does: other ranks may have a gradient for p this step.
         p.grad = p.data.new(p.size()).zero_()
     name = self._parameter_names.get(p)
-    if not compressor.compressible(p.grad):
+    way = "dense"
+    if compressor.compressible(p.grad):
+        way = route.choose(compressor, p.grad, self.process_set.size())
+    if way == "dense":
         if p.grad.dtype in dense.WIDENED:
             return dense.start(p.grad, name, state.exchange), None
         return _horovod_allreduce_grad_async(self, p)
     # gradient_predivide_factor only splits Horovod's scaling of a summing allreduce into a
     # pre- and a post-factor; we sum in fp32 and scale once, which is the same average.
-    start = COMMUNICATORS[compressor.communication]
-    return start(compressor, p.grad, name, state.exchange, absent), None
+    return COMMUNICATORS[way](compressor, p.grad, name, state.exchange, absent), None
 
 
 @functools.wraps(_horovod_synchronize)

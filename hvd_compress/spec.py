@@ -7,12 +7,7 @@ from typing import Any
 
 from horovod.torch import Compression
 
-from .compressor import Compressor
-from .adacomp import AdaComp
-from .onebit import OneBit
-from .topk import TopK
-
-COMPRESSORS: dict[str, type[Compressor]] = {cls.name: cls for cls in (TopK, OneBit, AdaComp)}
+from .methods import METHODS as COMPRESSORS
 HOROVOD_COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 

@@ -18,7 +18,7 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
     shape and dtype."""
     acc, finite = contribution(compressor, name, grad, absent)
     tag = framing.tag_of(compressor.spec(), tuple(grad.shape))
-    payload = framing.frame(encoded(compressor, acc, grad, finite), tag, finite)
+    payload = framing.frame(encoded(compressor, acc, grad.reshape(-1), grad.shape, finite), tag, finite)
     compressor._count(name, grad.numel(), payload.numel())
     process_set = exchange.process_set
     handle = hvd.allgather_async(payload, name=exchange.name(name), process_set=process_set)
@@ -33,6 +33,7 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
         decode_sum(compressor, bodies, total, grad.shape)
         if exchange.average:
             total.div_(ranks)
+        compressor.finish(total)
         return total.view(grad.shape).to(grad.dtype)
 
     return Wait(finish, name)

@@ -83,11 +83,13 @@ def contribution(compressor: Compressor, name: str, grad: torch.Tensor,
 
 
 def encoded(compressor: Compressor, acc: torch.Tensor | None, grad: torch.Tensor,
-            finite: bool) -> torch.Tensor:
-    """The body a rank sends: the compressed ``acc``, or empty when absent or non-finite."""
+            shape: torch.Size, finite: bool) -> torch.Tensor:
+    """The body a rank sends for ``acc`` (the flat gradient + residual of a parameter of
+    ``shape``, or a piece of it; ``grad`` the matching flat gradient): compressed, or empty
+    when absent or non-finite."""
     if acc is None or not finite:
         return torch.empty(0, dtype=torch.uint8, device=grad.device)
-    return compressor.encode(acc, grad)
+    return compressor.encode(acc, grad, shape)
 
 
 def decode_sum(compressor: Compressor, bodies: Iterable[torch.Tensor], out: torch.Tensor,

@@ -1,10 +1,10 @@
-"""Dense fp32 allreduce, for the small gradients of an hvd_compress optimizer whose dtype
-Horovod cannot reduce itself.
+"""Dense fp32 allreduce, for the gradients of an hvd_compress optimizer that go uncompressed
+(small ones, or routed dense by route.py) and whose dtype Horovod cannot reduce itself.
 
 Horovod 0.28.1's CPU allreduce has no bfloat16 ("Tensor type torch.BFloat16Tensor is not
 supported"), so a bf16 model's biases and norm layers, which go dense, would fail at the first
-backward. They travel as fp32 instead (twice the bytes of bf16, on tensors under ``min_numel``)
-and come back in bf16. Cost: one fused allreduce, as Horovod's own dense path.
+backward. They travel as fp32 instead (twice the bytes of bf16) and come back in bf16. Cost:
+one fused allreduce, as Horovod's own dense path.
 """
 import horovod.torch as hvd
 import torch

@@ -1,24 +1,33 @@
 """Two-phase compressed allreduce: traffic per rank near 2x the compressed size, whatever p is.
 
 The scheme of DeepSpeed's error-compensated compressed allreduce (Tang et al., "1-bit Adam",
-ICML 2021), over Horovod's alltoall and allgather. With n elements on p ranks:
+ICML 2021) and, for sparse payloads, of Ok-Topk's reduce-scatter over index regions (Li &
+Hoefler, PPoPP 2022), over Horovod's alltoall and allgather, for every method. With n
+elements on p ranks:
 
 1. each rank compresses gradient + worker residual chunk by chunk (p chunks of about n/p
-   elements, each with its own scales) and an alltoall sends chunk j to rank j;
+   elements, each encoded on its own: OneBit gets a scale pair per chunk, TopK keeps the
+   ratio of each chunk, AdaComp bins each chunk) and an alltoall sends chunk j to rank j;
 2. rank j decodes the p copies of its chunk, sums (or averages) them, adds its server residual
-   for that chunk (n/p elements, kept per parameter), compresses the result again and keeps
-   what that loses as the new server residual;
+   for that chunk (n/p elements, kept per parameter), compresses the result again with the
+   same method and keeps what that loses as the new server residual;
 3. an allgather hands every rank every re-compressed chunk, which it decodes.
+
+Fill-in is bounded by the re-compression: the sum of p sparse chunks may hold up to p times a
+chunk's entries, but rank j sends on only what its method selects from the sum (TopK: the same
+ratio of the chunk), and the rest waits in its server residual. Selecting per chunk rather than
+over the whole tensor balances the ranks' loads; a tensor whose large entries crowd into one
+chunk sends them over more steps.
 
 Each rank sends about (p-1)/p + 1/p compressed tensors and decodes 2 (against p-1 and p for an
 allgather of payloads). Phase 1 starts in the gradient hook; phases 2 and 3 run in
-``synchronize()``. Tensors with fewer than 8 p elements take the allgather path.
+``synchronize()``. Which tensors take this path: route.py.
 """
 import horovod.torch as hvd
 import torch
 
 from ..compressor import Compressor
-from . import allgather, framing
+from . import framing
 from .base import Exchange, Wait, contribution, decode_sum, encoded
 
 
@@ -26,6 +35,12 @@ def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` consecutive ranges covering range(n), each a whole number of bytes of bits."""
     size = ((n + parts - 1) // parts + 7) // 8 * 8
     return [(min(n, j * size), min(n, (j + 1) * size)) for j in range(parts)]
+
+
+def fits(n: int, parts: int) -> bool:
+    """Whether ``n`` elements give each of ``parts`` ranks a non-empty chunk."""
+    lo, hi = chunk_bounds(n, parts)[-1]
+    return lo < hi
 
 
 class _Reduction:
@@ -38,10 +53,10 @@ class _Reduction:
         self.bounds = chunk_bounds(grad.numel(), self.ranks)
         acc, finite = contribution(compressor, name, grad, absent)
         self.tag = framing.tag_of(compressor.spec(), tuple(grad.shape), "twophase")
-        # Each chunk is encoded as a flat tensor of its own (one scale group per chunk).
-        chunks = [None if acc is None else acc[lo:hi] for lo, hi in self.bounds]
-        frames = [framing.frame(encoded(compressor, chunk, grad if chunk is None else chunk, finite),
-                                self.tag, finite) for chunk in chunks]
+        flat = grad.reshape(-1)
+        frames = [framing.frame(encoded(compressor, None if acc is None else acc[lo:hi],
+                                        flat[lo:hi], grad.shape, finite), self.tag, finite)
+                  for lo, hi in self.bounds]
         self.sent = sum(f.numel() for f in frames)
         self.phase1 = hvd.alltoall_async(
             torch.cat(frames), splits=torch.tensor([f.numel() for f in frames], dtype=torch.int32),
@@ -54,15 +69,16 @@ class _Reduction:
         lo, hi = self.bounds[self.exchange.process_set.rank()]
         mine = torch.zeros(hi - lo, dtype=torch.float32, device=self.grad.device)
         bodies, finite = framing.unframe(received, self.tag, self.ranks, repr(self.name))
-        present = decode_sum(self.compressor, bodies, mine, mine.shape) if finite else 0
+        present = decode_sum(self.compressor, bodies, mine, self.grad.shape) if finite else 0
         if self.exchange.average:
             mine.div_(self.ranks)
+        self.compressor.finish(mine)
         body = torch.empty(0, dtype=torch.uint8, device=mine.device)
         # Non-finite: the server residual stays as it was, clean. No rank had a gradient: it
         # stays too, so that a frozen parameter does not move.
         if finite and present:
             server = self.compressor.memory.compensate(f"{self.name}#server", mine)
-            body = self.compressor.encode(server, server)
+            body = self.compressor.encode(server, mine, self.grad.shape)
         reduced = framing.frame(body, self.tag, finite)
         self.sent += reduced.numel()
         self.phase2 = hvd.allgather_async(reduced, name=self.exchange.name(self.name, ".gather"),
@@ -76,7 +92,8 @@ class _Reduction:
             return torch.full_like(self.grad, float("nan"))
         total = torch.zeros(self.grad.numel(), dtype=torch.float32, device=self.grad.device)
         for (lo, hi), body in zip(self.bounds, bodies):
-            decode_sum(self.compressor, [body], total[lo:hi], total[lo:hi].shape)
+            decode_sum(self.compressor, [body], total[lo:hi], self.grad.shape)
+        self.compressor.finish(total)
         return total.view(self.grad.shape).to(self.grad.dtype)
 
 
@@ -96,10 +113,8 @@ def _finish(reduction: _Reduction) -> torch.Tensor:
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
           absent: bool = False) -> Wait:
     """Compresses ``grad`` (nothing when ``absent``: see base.py) and starts phase 1; the handle
-    finishes the allreduce and yields the aggregate in ``grad``'s shape and dtype."""
-    last_lo, last_hi = chunk_bounds(grad.numel(), exchange.process_set.size())[-1]
-    if last_lo == last_hi:  # too small to give every rank a chunk
-        return allgather.start(compressor, grad, name, exchange, absent)
+    finishes the allreduce and yields the aggregate in ``grad``'s shape and dtype. ``grad``
+    must give every rank a chunk (``fits``)."""
     reduction = _Reduction(compressor, grad, name, exchange, absent)
     with exchange.lock:
         exchange.pending.append(reduction)

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .compressor import Compressor, one_of, require
-from .kernels import arrays
+from ..compressor import Compressor, one_of, require
+from ..kernels import arrays
 
 SELECTIONS = ("sampled", "exact")
 
@@ -44,7 +44,10 @@ class TopK(Compressor):
     def k(self, numel: int) -> int:
         return min(numel, max(1, int(np.ceil(self.ratio * numel))))
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    def expected_bytes(self, numel: int, shape: torch.Size) -> float:
+        return 8 * self.k(numel)
+
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         kernels = arrays.kernels("topk", acc)
         values, indices = kernels.select(arrays.view(acc), self.k(acc.numel()),
                                          self.selection == "exact")

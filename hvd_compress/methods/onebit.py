@@ -17,54 +17,49 @@ from typing import Any
 
 import torch
 
-from .compressor import Compressor, one_of
-from .kernels import arrays
+from ..compressor import Compressor, one_of
+from ..kernels import arrays
 
 SCALINGS = ("means", "l1")
 GRANULARITIES = ("tensor", "column")
-COMMUNICATIONS = ("allgather", "twophase")
 
 
 class OneBit(Compressor):
-    """``OneBit(scaling="means", granularity="tensor", communication="allgather")``.
+    """``OneBit(scaling="means", granularity="tensor")``.
 
-    ``communication="allgather"`` (default) sends each rank's whole payload to every rank.
-    ``"twophase"`` reduces through the two-phase compressed allreduce
-    (communication/twophase.py): one (low, high) pair per chunk of about n/p elements, whatever
-    ``granularity`` says, and a second, server-side residual per parameter. Two-phase sends
-    fewer bytes from 4 ranks on but measured slower steps on our 2-core
-    simulated cluster at np=2 and 4 (README, Communication), so it is opt-in.
+    In the two-phase allreduce (communication/twophase.py) every chunk of about n/p elements
+    gets its own (low, high) pair, whatever ``granularity`` says.
     """
 
     name = "onebit"
 
-    def __init__(self, *, scaling: str = "means", granularity: str = "tensor",
-                 communication: str = "allgather", **kwargs: Any) -> None:
+    def __init__(self, *, scaling: str = "means", granularity: str = "tensor", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         one_of("scaling", scaling, SCALINGS)
         one_of("granularity", granularity, GRANULARITIES)
-        one_of("communication", communication, COMMUNICATIONS)
         self.scaling = scaling
         self.granularity = granularity
-        self.communication = communication
 
     def options(self) -> dict[str, Any]:
-        return {**super().options(), "scaling": self.scaling, "granularity": self.granularity,
-                "communication": self.communication}
+        return {**super().options(), "scaling": self.scaling, "granularity": self.granularity}
 
-    def groups(self, shape: torch.Size) -> int:
-        """How many (low, high) pairs a gradient of ``shape`` gets."""
-        if self.granularity == "column" and len(shape) >= 2:
-            return shape.numel() // shape[0]
+    def groups(self, numel: int, shape: torch.Size) -> int:
+        """How many (low, high) pairs ``numel`` elements of a gradient of ``shape`` get: one per
+        column for a whole tensor with ``granularity="column"``, else one."""
+        if self.granularity == "column" and len(shape) >= 2 and numel == shape.numel():
+            return numel // shape[0]
         return 1
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    def expected_bytes(self, numel: int, shape: torch.Size) -> float:
+        return (numel + 7) // 8 + 8 * self.groups(numel, shape)
+
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         low, high, bits = arrays.kernels("onebit", acc).quantize(
-            arrays.view(acc), self.groups(grad.shape), self.scaling)
+            arrays.view(acc), self.groups(acc.numel(), shape), self.scaling)
         return arrays.join([arrays.tensor(a, acc) for a in (low, high, bits)])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
-        groups = self.groups(shape)
+        groups = self.groups(out.numel(), shape)
         scales = payload[:8 * groups].view(torch.float32)
         arrays.kernels("onebit", out).dequantize_add(
             arrays.view(payload[8 * groups:]), arrays.view(scales[:groups]),

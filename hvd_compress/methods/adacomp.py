@@ -26,10 +26,14 @@ from typing import Any
 
 import torch
 
-from .compressor import Compressor, is_int, require
-from .kernels import arrays
+from ..compressor import Compressor, is_int, require
+from ..kernels import arrays
 
 CONV_BIN, FC_BIN = 50, 500
+# The share of entries AdaComp sends adapts to the gradient. Measured over the first 4 steps of
+# synthetic-batch training with error feedback: ResNet-18 conv layers 2-22%, falling fast;
+# WideMLP and LeNet-5 fully connected layers 4-9%. What ``communication="auto"`` plans with:
+EXPECTED_DENSITY = 0.06
 
 
 class AdaComp(Compressor):
@@ -51,10 +55,13 @@ class AdaComp(Compressor):
             return self.bin_size
         return CONV_BIN if len(shape) >= 3 else FC_BIN
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-        grad32 = grad.reshape(-1).to(torch.float32)  # no copy for contiguous fp32 gradients
+    def expected_bytes(self, numel: int, shape: torch.Size) -> float:
+        return 4 + 4 * EXPECTED_DENSITY * numel
+
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        grad32 = grad.to(torch.float32)  # no copy for fp32 gradients
         scale, codes = arrays.kernels("adacomp", acc).select(
-            arrays.view(acc), arrays.view(grad32), self.bin_for(grad.shape))
+            arrays.view(acc), arrays.view(grad32), self.bin_for(shape))
         scale = torch.tensor([scale], dtype=torch.float32, device=acc.device)
         return arrays.join([scale, arrays.tensor(codes, acc)])
 

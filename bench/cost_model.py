@@ -1,0 +1,169 @@
+"""The communication cost model (hvd_compress/communication/cost.py) against the simulated
+cluster, and projected to 1,024 workers.
+
+    sudo .venv/bin/python bench/cost_model.py fit       # time gloo collectives: the latency
+    .venv/bin/python bench/cost_model.py                # check against measured cells, project
+
+``fit`` runs bench/link_probe.py on the simulated cluster (np=2 and 4, unthrottled) and fits
+the per-round latency a of ``time = rounds * a + bytes / B`` to the small messages
+(bench/results/link.json). The check predicts, per model, method and world size, the bytes a
+worker sends per step (the parameters of examples/models.py, each routed as the hook routes
+it) and compares them with the interface counters of bench/results/wire_bytes.json; it
+predicts the communication time of a step at 100 Mbit/s and compares it with the measured step
+time at 100 Mbit/s less the unthrottled one (bench/results/throughput.json). Then it projects
+bytes and time to p = 1,024 at 0.1 to 100 Gbit/s (bench/results/cost_model.json and
+cost_model.png, with the measured points on the same axes).
+
+The model counts TCP payload; an interface counter also counts each 1448-byte segment's 66
+bytes of Ethernet, IP and TCP headers (MTU 1500, TCP timestamps) and a 66-byte ACK for every
+two segments the worker receives: ``WIRE`` converts one into the other.
+"""
+import argparse
+import functools
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+from common import RESULTS, ResultCache, load  # noqa: E402
+
+WIRE = (1448 + 66) / 1448 + 66 / (2 * 1448)  # interface bytes per TCP payload byte, ring traffic
+PROJECTED_P = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+PROJECTED_GBIT = [0.1, 1, 10, 100]
+MEASURED_METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp", "ddp:powersgd:1",
+                    "ddp:powersgd:4"]
+
+
+def fit() -> None:
+    from netsim import Cluster, exit_unless_available
+
+    exit_unless_available("cost_model fit")
+    cache = ResultCache("link")
+    for workers in (2, 4):
+        with Cluster(workers, None) as cluster:
+            outputs = cluster.run([sys.executable, os.path.join(HERE, "link_probe.py")], timeout=600)
+        ranks = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+        cache.put(f"np={workers}", ranks[0]["times"])
+    rounds = {"allreduce": lambda p: 2 * (p - 1), "allgather": lambda p: p - 1, "alltoall": lambda p: p - 1}
+    # least squares through the origin over the 8-byte messages: time = rounds * a
+    xs, ys = [], []
+    for key, times in cache.data["cells"].items():
+        if not key.startswith("np="):
+            continue
+        p = int(key[3:])
+        for collective, by_size in times.items():
+            xs.append(rounds[collective](p))
+            ys.append(by_size["8"])
+    latency = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    cache.put("fit", {"latency_s": latency, "points": list(zip(xs, ys))})
+    print(f"per-round latency {latency * 1e6:.0f} us from {len(xs)} small-message timings")
+
+
+def on_wire(c):
+    """A Cost with its TCP payload bytes converted to interface bytes."""
+    from hvd_compress.communication import cost
+
+    return cost.Cost(c.bytes * WIRE, c.rounds, c.fused)
+
+
+@functools.cache
+def _shapes(model_name: str) -> list[tuple]:
+    from models import MODELS
+
+    return [tuple(t.shape) for t in MODELS[model_name]().parameters()]
+
+
+def step_cost(model_name: str, method: str, p: int, gbit: float, latency: float):
+    """(Cost of one step's communication for one worker, Link) under the model."""
+    import torch
+
+    import hvd_compress as hc
+    from hvd_compress.communication import cost, route
+    params = [torch.empty(shape, device="meta") for shape in _shapes(model_name)]
+    link = cost.Link(gbit, latency)
+    total = cost.Cost(0.0)
+    if method.startswith("ddp:powersgd:"):
+        rank = int(method.rsplit(":", 1)[1])
+        for t in params:
+            matrix = t.dim() > 1
+            total += (cost.powersgd(t.shape[0], t.numel() // t.shape[0], rank, p) if matrix
+                      else cost.dense(4 * t.numel(), p))
+        return total, link
+    if method in ("none", "fp16"):
+        return cost.dense((4 if method == "none" else 2) * sum(t.numel() for t in params), p), link
+    compressor = hc.from_spec(method)
+    for t in params:
+        way = route.choose(compressor, t, p) if compressor.compressible(t) else "dense"
+        total += route.costs(compressor, t.shape, 4, p)[way] if way != "dense" else cost.dense(4 * t.numel(), p)
+    return total, link
+
+
+def check(latency: float) -> list[dict]:
+    """Predicted against measured bytes (np=2/4/8) and communication time at 100 Mbit/s."""
+    rows = []
+    wire = load("wire_bytes") or {"cells": {}}
+    for c in wire["cells"].values():
+        if c["method"].startswith("ddp:"):
+            continue
+        predicted, _ = step_cost(c["model"], c["method"], c["np"], c["rate_mbit"] / 1000, latency)
+        rows.append({"kind": "bytes", "model": c["model"], "np": c["np"], "method": c["method"],
+                     "measured": c["tx_bytes_per_step"], "predicted": on_wire(predicted).bytes})
+    throughput = load("throughput") or {"cells": {}}
+    cells = {(c["model"], c["np"], c["method"], c["rate_mbit"]): c for c in throughput["cells"].values()}
+    for (model, p, method, rate), slow in cells.items():
+        fast = cells.get((model, p, method, None))
+        if rate != 100 or fast is None:
+            continue
+        step = lambda c: c["batch_size"] * c["np"] / c["samples_per_s"]  # noqa: E731
+        predicted, link = step_cost(model, method, p, 0.1, latency)
+        rows.append({"kind": "seconds", "model": model, "np": p, "method": method,
+                     "measured": step(slow) - step(fast), "predicted": link.seconds(on_wire(predicted))})
+    return rows
+
+
+def project(latency: float, model: str) -> dict:
+    methods = {"dense fp32": "none", "dense fp16": "fp16", "PowerSGD r=1": "ddp:powersgd:1",
+               "PowerSGD r=4": "ddp:powersgd:4"}
+    for spec in ("topk:ratio=0.01", "onebit", "adacomp"):
+        methods[f"{spec} (auto)"] = spec
+        methods[f"{spec} allgather"] = f"{spec}{',' if ':' in spec else ':'}communication=allgather"
+    out = {}
+    for label, method in methods.items():
+        for gbit in PROJECTED_GBIT:
+            auto = method if "ddp" in method or method in ("none", "fp16") else f"{method}{',' if ':' in method else ':'}link_gbit={gbit}"
+            points = []
+            for p in PROJECTED_P:
+                c, link = step_cost(model, auto, p, gbit, latency)
+                points.append({"p": p, "bytes": on_wire(c).bytes, "seconds": link.seconds(on_wire(c))})
+            out.setdefault(label, {"method": method, "by_rate": {}})["by_rate"][str(gbit)] = points
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", nargs="?", default="check", choices=["fit", "check"])
+    args = parser.parse_args()
+    if args.action == "fit":
+        fit()
+        return
+    link = load("link")
+    if link is None or "fit" not in link["cells"]:
+        sys.exit("cost_model: run `sudo .venv/bin/python bench/cost_model.py fit` first")
+    latency = link["cells"]["fit"]["latency_s"]
+    result = {"latency_s": latency, "wire_factor": WIRE, "check": check(latency),
+              "projection": {m: project(latency, m) for m in ("widemlp", "resnet18")}}
+    with open(os.path.join(RESULTS, "cost_model.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    for row in result["check"]:
+        ratio = row["predicted"] / row["measured"] if row["measured"] > 0 else float("nan")
+        print(f"{row['kind']:8s} {row['model']:9s} np={row['np']} {row['method']:32s} "
+              f"measured {row['measured']:12.4g} predicted {row['predicted']:12.4g} ({ratio:.2f}x)")
+    import plots
+
+    print("wrote", plots.cost_model(result))
+
+
+if __name__ == "__main__":
+    main()

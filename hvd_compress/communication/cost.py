@@ -1,0 +1,97 @@
+"""A cost model of one step's communication: bytes each worker sends, and time on a link.
+
+Every collective here is one Horovod runs over gloo on CPU tensors, and each is a sequence of
+message rounds in which a worker sends to one peer (rings and pairwise exchanges). On p
+workers, for a tensor of D dense bytes and a compressed payload of b bytes per rank:
+
+=====================  ==========================  ==============  =========================
+method                 bytes sent per worker       message rounds  collective(s)
+=====================  ==========================  ==============  =========================
+dense ring allreduce   2 (p-1)/p D                 2 (p-1)         allreduce (fp32 or fp16)
+allgather of payloads  (p-1) b                     p-1             allgather
+two-phase              (p-1)/p b + (p-1) b_r       2 (p-1)         alltoall, then allgather
+PowerSGD, rank r       2 (p-1)/p 4 r (rows+cols)   4 (p-1)         allreduce of P, then of Q
+=====================  ==========================  ==============  =========================
+
+where b_r is the payload of one re-compressed region (about b/p). Received bytes equal sent
+bytes in all four. Time on a link of bandwidth B and per-round latency a is
+``rounds * a + bytes / B``: the workers' links run in parallel and every round waits for the
+slowest. Horovod fuses allreduces and allgathers of one cycle into one collective, so their
+rounds are paid once per step, not per tensor; alltoalls are not fused (Horovod 0.28.1), so
+two-phase pays its alltoall rounds per tensor. Each framed payload carries an 8-byte header and
+is padded to 8 bytes (framing.py).
+
+The latency is measured on the simulated cluster by bench/cost_model.py (a fit of gloo
+allreduce times against size); the bandwidth is the link's rate. Checked against the simulated
+cluster's interface counters by the same bench (README, "Communication at scale").
+"""
+from dataclasses import dataclass
+
+from . import framing
+
+#: seconds per message round of a gloo collective between two network namespaces of this
+#: machine (bench/cost_model.py fits it; README, "Communication at scale")
+LATENCY_S = 150e-6
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one worker sends for one tensor (or a step's tensors): ``bytes``, ``rounds`` of
+    messages paid per tensor (unfused collectives), and ``fused``: the rounds of each kind of
+    collective Horovod fuses, paid once however many tensors share it."""
+
+    bytes: float
+    rounds: int = 0
+    fused: tuple[tuple[str, int], ...] = ()
+
+    def __add__(self, other: "Cost") -> "Cost":
+        fused = dict(self.fused)
+        for kind, rounds in other.fused:
+            fused[kind] = max(fused.get(kind, 0), rounds)
+        return Cost(self.bytes + other.bytes, self.rounds + other.rounds, tuple(sorted(fused.items())))
+
+
+@dataclass(frozen=True)
+class Link:
+    """A worker's network link: ``gbit`` per second each way, ``latency_s`` per message round."""
+
+    gbit: float
+    latency_s: float = LATENCY_S
+
+    def seconds(self, cost: Cost) -> float:
+        """The time ``cost`` takes on this link, fused rounds included."""
+        rounds = cost.rounds + sum(r for _, r in cost.fused)
+        return rounds * self.latency_s + cost.bytes * 8 / (self.gbit * 1e9)
+
+    def marginal_seconds(self, cost: Cost) -> float:
+        """The time ``cost`` adds to a step whose fused collectives run anyway."""
+        return cost.rounds * self.latency_s + cost.bytes * 8 / (self.gbit * 1e9)
+
+
+def framed(payload: float) -> float:
+    """A payload's bytes on the wire: the header and padding framing.py adds."""
+    return framing.HEADER_BYTES + -(-payload // 8) * 8
+
+
+def dense(dense_bytes: float, p: int) -> Cost:
+    """Ring allreduce of ``dense_bytes`` (reduce-scatter, then allgather); fused."""
+    return Cost(2 * (p - 1) / p * dense_bytes, fused=(("allreduce", 2 * (p - 1)),))
+
+
+def allgather(payload: float, p: int) -> Cost:
+    """Every rank's framed payload to every other rank; fused."""
+    return Cost((p - 1) * framed(payload), fused=(("allgather", p - 1),))
+
+
+def twophase(payload: float, region_payload: float, p: int) -> Cost:
+    """An alltoall (unfused) that sends p-1 of a rank's p framed chunk payloads (``payload``
+    bytes in all), then an allgather of the rank's re-compressed region (``region_payload``)."""
+    alltoall = Cost((p - 1) / p * (payload + p * framed(0)), rounds=p - 1)
+    return alltoall + allgather(region_payload, p)
+
+
+def powersgd(rows: int, cols: int, rank: int, p: int) -> Cost:
+    """PowerSGD (Vogels et al. 2019) at ``rank``: an fp32 allreduce of P (rows x rank), then,
+    after P is orthogonalized, of Q (cols x rank): two fused allreduces in sequence."""
+    p_sum, q_sum = dense(4 * rank * rows, p), dense(4 * rank * cols, p)
+    return Cost(p_sum.bytes + q_sum.bytes, fused=(("allreduce", 4 * (p - 1)),))

@@ -1,0 +1,14 @@
+"""The catalogue: one file per compression method, each a ``Compressor`` subclass whose
+docstring states the algorithm, its paper, its payload and its cost.
+
+A method may touch only its own kernels (``hvd_compress/kernels``) and what ``compressor.py``
+gives every method (options, error-feedback memory). How its payloads travel is decided in
+``hvd_compress/communication``, never here.
+"""
+from ..compressor import Compressor
+from .adacomp import AdaComp
+from .onebit import OneBit
+from .topk import TopK
+
+#: every method, by the name ``from_spec`` knows it by
+METHODS: dict[str, type[Compressor]] = {cls.name: cls for cls in (TopK, OneBit, AdaComp)}

@@ -1,0 +1,75 @@
+"""The cost model's formulas and the routes ``communication="auto"`` takes from them."""
+import pytest
+import torch
+
+import hvd_compress as hc
+from hvd_compress.communication import cost, route
+
+
+def test_ring_allreduce_sends_twice_its_share():
+    assert cost.dense(4000, 4) == cost.Cost(6000, fused=(("allreduce", 6),))
+
+
+def test_allgather_grows_with_p_and_twophase_does_not():
+    payload = 80_000
+    for p in (2, 8, 64, 1024):
+        assert cost.allgather(payload, p).bytes == (p - 1) * cost.framed(payload)
+        assert cost.twophase(payload, payload / p, p).bytes < 2 * (payload + 2 * p * cost.framed(0))
+
+
+def test_fused_rounds_are_paid_once_and_unfused_ones_per_tensor():
+    link = cost.Link(gbit=8, latency_s=1e-3)
+    one = cost.twophase(1000, 1000 / 4, 4)
+    step = one + one
+    assert step.rounds == 2 * one.rounds == 6
+    assert dict(step.fused) == {"allgather": 3}
+    assert link.seconds(step) == pytest.approx(9e-3 + step.bytes / 1e9)
+    assert link.marginal_seconds(one) == pytest.approx(3e-3 + one.bytes / 1e9)
+
+
+def test_powersgd_sends_its_factors_twice_over():
+    assert cost.powersgd(512, 4608, 4, 2).bytes == pytest.approx(4 * 4 * (512 + 4608))
+
+
+def _route(spec: str, shape: tuple, ranks: int) -> str:
+    return route.choose(hc.from_spec(spec), torch.zeros(shape), ranks)
+
+
+def test_auto_takes_allgather_at_two_ranks():
+    for spec in ("topk:ratio=0.01", "onebit", "adacomp"):
+        assert _route(spec, (4096, 4096), 2) == "allgather"
+
+
+def test_auto_takes_twophase_for_large_tensors_on_many_ranks():
+    for spec in ("topk:ratio=0.01", "onebit", "adacomp"):
+        assert _route(spec, (4096, 4096), 8) == "twophase"
+
+
+def test_auto_keeps_small_tensors_on_the_fused_allgather():
+    assert _route("topk:ratio=0.01", (64, 100), 8) == "allgather"
+
+
+def test_auto_goes_dense_where_compressing_saves_nothing():
+    assert _route("topk:ratio=0.6", (1000, 1000), 2) == "dense"
+
+
+def test_a_slower_link_moves_the_crossover_to_smaller_tensors():
+    fast = [n for n in (2 ** e for e in range(12, 26)) if _route("topk:ratio=0.01", (n,), 8) == "twophase"]
+    slow = [n for n in (2 ** e for e in range(12, 26))
+            if _route("topk:ratio=0.01,link_gbit=0.1", (n,), 8) == "twophase"]
+    assert slow and fast and min(slow) < min(fast)
+
+
+def test_forced_routes_are_kept_unless_the_tensor_cannot_be_split():
+    assert _route("onebit:communication=twophase", (4096, 4096), 2) == "twophase"
+    assert _route("onebit:communication=twophase", (12,), 4) == "allgather"
+    assert _route("topk:communication=allgather", (4096, 4096), 64) == "allgather"
+    assert _route("topk:communication=dense", (4096, 4096), 2) == "dense"
+
+
+def test_expected_bytes_match_the_encoders():
+    grad = torch.randn(300, 500, generator=torch.Generator().manual_seed(0))
+    for spec in ("topk:ratio=0.01,selection=exact", "onebit", "onebit:granularity=column"):
+        c = hc.from_spec(spec)
+        acc = c.memory.compensate("w", grad)
+        assert c.encode(acc, grad.reshape(-1), grad.shape).numel() == c.expected_bytes(grad.numel(), grad.shape)
