@@ -1,12 +1,12 @@
 """The communication cost model (hvd_compress/communication/cost.py) against the simulated
 cluster, and projected to 1,024 workers.
 
-    sudo .venv/bin/python bench/cost_model.py fit       # time gloo collectives: the latency
+    sudo .venv/bin/python bench/cost_model.py fit       # time gloo collectives: c and a
     .venv/bin/python bench/cost_model.py                # check against measured cells, project
 
 ``fit`` runs bench/link_probe.py on the simulated cluster (np=2 and 4, unthrottled) and fits
-the per-round latency a of ``time = rounds * a + bytes / B`` to the small messages
-(bench/results/link.json). The check predicts, per model, method and world size, the bytes a
+the per-collective overhead c and per-round latency a of ``time = c + rounds * a`` to the
+small messages (bench/results/link.json). The check predicts, per model, method and world size, the bytes a
 worker sends per step (the parameters of examples/models.py, each routed as the hook routes
 it) and compares them with the interface counters of bench/results/wire_bytes.json; it
 predicts the communication time of a step at 100 Mbit/s and compares it with the measured step
@@ -23,6 +23,8 @@ import functools
 import json
 import os
 import sys
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -47,25 +49,26 @@ def fit() -> None:
         ranks = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
         cache.put(f"np={workers}", ranks[0]["times"])
     rounds = {"allreduce": lambda p: 2 * (p - 1), "allgather": lambda p: p - 1, "alltoall": lambda p: p - 1}
-    # least squares through the origin over the 8-byte messages: time = rounds * a
+    # time = c + rounds * a over the small messages (the first size, 8 bytes, also pays each
+    # collective's first-call set-up, so it is left out)
     xs, ys = [], []
     for key, times in cache.data["cells"].items():
-        if not key.startswith("np="):
-            continue
-        p = int(key[3:])
-        for collective, by_size in times.items():
-            xs.append(rounds[collective](p))
-            ys.append(by_size["8"])
-    latency = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
-    cache.put("fit", {"latency_s": latency, "points": list(zip(xs, ys))})
-    print(f"per-round latency {latency * 1e6:.0f} us from {len(xs)} small-message timings")
+        if key.startswith("np="):
+            for collective, by_size in times.items():
+                for size in ("1024", "16384"):
+                    xs.append([1.0, rounds[collective](int(key[3:]))])
+                    ys.append(by_size[size])
+    (overhead, latency), *_ = np.linalg.lstsq(np.array(xs), np.array(ys), rcond=None)
+    cache.put("fit", {"overhead_s": overhead, "latency_s": latency, "points": [[x[1], y] for x, y in zip(xs, ys)]})
+    print(f"per-collective overhead {overhead * 1e6:.0f} us, per-round latency {latency * 1e6:.0f} us "
+          f"from {len(xs)} small-message timings")
 
 
 def on_wire(c):
     """A Cost with its TCP payload bytes converted to interface bytes."""
     from hvd_compress.communication import cost
 
-    return cost.Cost(c.bytes * WIRE, c.rounds, c.fused)
+    return cost.Cost(c.bytes * WIRE, c.collectives, c.rounds, c.fused)
 
 
 @functools.cache
@@ -75,14 +78,14 @@ def _shapes(model_name: str) -> list[tuple]:
     return [tuple(t.shape) for t in MODELS[model_name]().parameters()]
 
 
-def step_cost(model_name: str, method: str, p: int, gbit: float, latency: float):
+def step_cost(model_name: str, method: str, p: int, gbit: float, fitted: dict):
     """(Cost of one step's communication for one worker, Link) under the model."""
     import torch
 
     import hvd_compress as hc
     from hvd_compress.communication import cost, route
     params = [torch.empty(shape, device="meta") for shape in _shapes(model_name)]
-    link = cost.Link(gbit, latency)
+    link = cost.Link(gbit, fitted["latency_s"], fitted["overhead_s"])
     total = cost.Cost(0.0)
     if method.startswith("ddp:powersgd:"):
         rank = int(method.rsplit(":", 1)[1])
@@ -100,14 +103,14 @@ def step_cost(model_name: str, method: str, p: int, gbit: float, latency: float)
     return total, link
 
 
-def check(latency: float) -> list[dict]:
+def check(fitted: dict) -> list[dict]:
     """Predicted against measured bytes (np=2/4/8) and communication time at 100 Mbit/s."""
     rows = []
     wire = load("wire_bytes") or {"cells": {}}
     for c in wire["cells"].values():
         if c["method"].startswith("ddp:"):
             continue
-        predicted, _ = step_cost(c["model"], c["method"], c["np"], c["rate_mbit"] / 1000, latency)
+        predicted, _ = step_cost(c["model"], c["method"], c["np"], c["rate_mbit"] / 1000, fitted)
         rows.append({"kind": "bytes", "model": c["model"], "np": c["np"], "method": c["method"],
                      "measured": c["tx_bytes_per_step"], "predicted": on_wire(predicted).bytes})
     throughput = load("throughput") or {"cells": {}}
@@ -117,13 +120,13 @@ def check(latency: float) -> list[dict]:
         if rate != 100 or fast is None:
             continue
         step = lambda c: c["batch_size"] * c["np"] / c["samples_per_s"]  # noqa: E731
-        predicted, link = step_cost(model, method, p, 0.1, latency)
+        predicted, link = step_cost(model, method, p, 0.1, fitted)
         rows.append({"kind": "seconds", "model": model, "np": p, "method": method,
                      "measured": step(slow) - step(fast), "predicted": link.seconds(on_wire(predicted))})
     return rows
 
 
-def project(latency: float, model: str) -> dict:
+def project(fitted: dict, model: str) -> dict:
     methods = {"dense fp32": "none", "dense fp16": "fp16", "PowerSGD r=1": "ddp:powersgd:1",
                "PowerSGD r=4": "ddp:powersgd:4"}
     for spec in ("topk:ratio=0.01", "onebit", "adacomp"):
@@ -135,7 +138,7 @@ def project(latency: float, model: str) -> dict:
             auto = method if "ddp" in method or method in ("none", "fp16") else f"{method}{',' if ':' in method else ':'}link_gbit={gbit}"
             points = []
             for p in PROJECTED_P:
-                c, link = step_cost(model, auto, p, gbit, latency)
+                c, link = step_cost(model, auto, p, gbit, fitted)
                 points.append({"p": p, "bytes": on_wire(c).bytes, "seconds": link.seconds(on_wire(c))})
             out.setdefault(label, {"method": method, "by_rate": {}})["by_rate"][str(gbit)] = points
     return out
@@ -151,9 +154,9 @@ def main() -> None:
     link = load("link")
     if link is None or "fit" not in link["cells"]:
         sys.exit("cost_model: run `sudo .venv/bin/python bench/cost_model.py fit` first")
-    latency = link["cells"]["fit"]["latency_s"]
-    result = {"latency_s": latency, "wire_factor": WIRE, "check": check(latency),
-              "projection": {m: project(latency, m) for m in ("widemlp", "resnet18")}}
+    fitted = {k: link["cells"]["fit"][k] for k in ("latency_s", "overhead_s")}
+    result = {**fitted, "wire_factor": WIRE, "check": check(fitted),
+              "projection": {m: project(fitted, m) for m in ("widemlp", "resnet18")}}
     with open(os.path.join(RESULTS, "cost_model.json"), "w") as f:
         json.dump(result, f, indent=1)
     for row in result["check"]:

@@ -43,7 +43,7 @@ class Compressor:
     name = "base"
 
     def __init__(self, *, error_feedback: bool = True, min_numel: int = 1024,
-                 communication: str = "auto", link_gbit: float = 10.0) -> None:
+                 communication: str = "auto", link_gbit: float = 1.0) -> None:
         require(isinstance(error_feedback, bool), "error_feedback", "True or False", error_feedback)
         require(is_int(min_numel) and min_numel >= 0, "min_numel", "an int >= 0", min_numel)
         one_of("communication", communication, COMMUNICATIONS)

@@ -15,32 +15,37 @@ PowerSGD, rank r       2 (p-1)/p 4 r (rows+cols)   4 (p-1)         allreduce of 
 
 where b_r is the payload of one re-compressed region (about b/p). Received bytes equal sent
 bytes in all four. Time on a link of bandwidth B and per-round latency a is
-``rounds * a + bytes / B``: the workers' links run in parallel and every round waits for the
-slowest. Horovod fuses allreduces and allgathers of one cycle into one collective, so their
-rounds are paid once per step, not per tensor; alltoalls are not fused (Horovod 0.28.1), so
-two-phase pays its alltoall rounds per tensor. Each framed payload carries an 8-byte header and
+``collectives * c + rounds * a + bytes / B``: every collective pays Horovod's negotiation c,
+every round a message latency a, and the workers' links run in parallel. Horovod fuses
+allreduces and allgathers of one cycle into one collective, so their c and rounds are paid
+once per step, not per tensor; alltoalls are not fused (Horovod 0.28.1), so two-phase pays its
+alltoall per tensor. Each framed payload carries an 8-byte header and
 is padded to 8 bytes (framing.py).
 
-The latency is measured on the simulated cluster by bench/cost_model.py (a fit of gloo
-allreduce times against size); the bandwidth is the link's rate. Checked against the simulated
+c and a are measured on the simulated cluster by bench/cost_model.py (a least-squares fit of
+small gloo allreduce, allgather and alltoall times at np=2 and 4); the bandwidth is the link's
+rate. Both are this machine's, whose workers share 2 cores: a real cluster's are smaller, which
+only moves the crossovers of route.py towards smaller tensors. Checked against the simulated
 cluster's interface counters by the same bench (README, "Communication at scale").
 """
 from dataclasses import dataclass
 
 from . import framing
 
-#: seconds per message round of a gloo collective between two network namespaces of this
-#: machine (bench/cost_model.py fits it; README, "Communication at scale")
-LATENCY_S = 150e-6
+#: seconds per message round, and per collective, of Horovod's gloo collectives between the
+#: network namespaces of this machine (bench/cost_model.py fit; README, "Communication at scale")
+LATENCY_S = 600e-6
+OVERHEAD_S = 480e-6
 
 
 @dataclass(frozen=True)
 class Cost:
-    """What one worker sends for one tensor (or a step's tensors): ``bytes``, ``rounds`` of
-    messages paid per tensor (unfused collectives), and ``fused``: the rounds of each kind of
-    collective Horovod fuses, paid once however many tensors share it."""
+    """What one worker sends for one tensor (or a step's tensors): ``bytes``; the unfused
+    ``collectives`` and their message ``rounds``, paid per tensor; and ``fused``: the rounds of
+    each kind of collective Horovod fuses, paid once however many tensors share it."""
 
     bytes: float
+    collectives: int = 0
     rounds: int = 0
     fused: tuple[tuple[str, int], ...] = ()
 
@@ -48,24 +53,28 @@ class Cost:
         fused = dict(self.fused)
         for kind, rounds in other.fused:
             fused[kind] = max(fused.get(kind, 0), rounds)
-        return Cost(self.bytes + other.bytes, self.rounds + other.rounds, tuple(sorted(fused.items())))
+        return Cost(self.bytes + other.bytes, self.collectives + other.collectives,
+                    self.rounds + other.rounds, tuple(sorted(fused.items())))
 
 
 @dataclass(frozen=True)
 class Link:
-    """A worker's network link: ``gbit`` per second each way, ``latency_s`` per message round."""
+    """A worker's network link: ``gbit`` per second each way, ``latency_s`` per message round,
+    ``overhead_s`` per collective."""
 
     gbit: float
     latency_s: float = LATENCY_S
+    overhead_s: float = OVERHEAD_S
 
     def seconds(self, cost: Cost) -> float:
-        """The time ``cost`` takes on this link, fused rounds included."""
-        rounds = cost.rounds + sum(r for _, r in cost.fused)
-        return rounds * self.latency_s + cost.bytes * 8 / (self.gbit * 1e9)
+        """The time ``cost`` takes on this link, fused collectives included."""
+        fused = Cost(0.0, len(cost.fused), sum(r for _, r in cost.fused))
+        return self.marginal_seconds(cost) + self.marginal_seconds(fused)
 
     def marginal_seconds(self, cost: Cost) -> float:
         """The time ``cost`` adds to a step whose fused collectives run anyway."""
-        return cost.rounds * self.latency_s + cost.bytes * 8 / (self.gbit * 1e9)
+        return (cost.collectives * self.overhead_s + cost.rounds * self.latency_s
+                + cost.bytes * 8 / (self.gbit * 1e9))
 
 
 def framed(payload: float) -> float:
@@ -86,7 +95,7 @@ def allgather(payload: float, p: int) -> Cost:
 def twophase(payload: float, region_payload: float, p: int) -> Cost:
     """An alltoall (unfused) that sends p-1 of a rank's p framed chunk payloads (``payload``
     bytes in all), then an allgather of the rank's re-compressed region (``region_payload``)."""
-    alltoall = Cost((p - 1) / p * (payload + p * framed(0)), rounds=p - 1)
+    alltoall = Cost((p - 1) / p * (payload + p * framed(0)), collectives=1, rounds=p - 1)
     return alltoall + allgather(region_payload, p)
 
 

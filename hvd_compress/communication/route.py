@@ -10,22 +10,23 @@ The routes:
 * ``dense``: Horovod's own allreduce of the uncompressed gradient.
 
 ``auto`` (the default) takes, per tensor, the route that adds the least predicted time to the
-step under the cost model (cost.py: Horovod fuses allgathers and allreduces, so only the
-alltoall's latency is paid per tensor) on a link of the compressor's ``link_gbit`` and the measured per-round
-latency; on a tie, the earlier of allgather, twophase, dense. What that gives (the crossovers
-are tabulated in the README, "Communication at scale"):
+step under the cost model (cost.py: Horovod fuses allgathers and allreduces, so only
+two-phase's alltoall pays its negotiation and latency per tensor), on a link of the
+compressor's ``link_gbit`` (default 1 Gbit/s: the slow networks compression is for; set it to
+your link's rate) with the latency measured on the simulated cluster; on a tie, the earlier of
+allgather, twophase, dense. What that gives (crossovers tabulated in the README,
+"Communication at scale"):
 
 * at p = 2 allgather and two-phase send the same bytes and two-phase pays an unfused alltoall,
   so allgather;
 * from p = 3 on, two-phase for every tensor whose saved bytes, about (p-2) payloads, outweigh
-  the alltoall's p-1 rounds of latency; allgather below;
+  the alltoall's cost; allgather below;
 * dense where compressing saves nothing: a payload as large as the dense gradient (TopK at a
   ratio near 1/2 or above), or allgather-only sizes at very large p.
 
 Every rank computes the same route from the same inputs (options, shape, dtype, world size),
-which the agreement check (agreement.py) guarantees agree. Measured compute is not part of the
-choice: the kernels' cost is near-equal on the compressed routes and is reported by
-bench/breakdown.py.
+which the agreement check (agreement.py) guarantees agree. Compute is not part of the choice:
+the compressed routes run the same kernels on about the same number of elements.
 """
 import torch
 
