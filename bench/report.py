@@ -110,6 +110,33 @@ def scale_targets_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def cost_model_table(result: dict) -> str:
+    """Predicted / measured, per method and cell, for bytes and for communication time."""
+    lines = []
+    for kind, target, what in [("bytes", 0.10, "bytes sent per worker and step"),
+                               ("seconds", 0.25, "communication time per step at 100 Mbit/s")]:
+        rows = [r for r in result["check"] if r["kind"] == kind]
+        columns = list(dict.fromkeys((r["model"], r["np"]) for r in rows))
+        lines += [f"| {what}: predicted / measured | " + " | ".join(f"{m} np={p}" for m, p in columns) + " |",
+                  "|---" * (1 + len(columns)) + "|"]
+        for method in dict.fromkeys(r["method"] for r in rows):
+            cells = []
+            for column in columns:
+                r = next((r for r in rows if (r["model"], r["np"], r["method"]) == (*column, method)), None)
+                if r is None or r["measured"] <= 0:
+                    cells.append("" if r is None else "(not measurable)")
+                    continue
+                ratio = r["predicted"] / r["measured"]
+                cells.append(f"{ratio:.2f}" + ("" if abs(ratio - 1) <= target else " *"))
+            lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(f"Per-collective overhead {result['overhead_s'] * 1e6:.0f} us and per-round latency "
+                 f"{result['latency_s'] * 1e6:.0f} us, fitted by `bench/cost_model.py fit`; * marks a "
+                 "cell outside the target (bytes within 10%, time within 25%). Measured time is the "
+                 "step time at 100 Mbit/s less the unthrottled one, from `bench/results/throughput.json`.")
+    return "\n".join(lines)
+
+
 def small_tensors_table(result: dict) -> str:
     cells = sorted(result["cells"].values(), key=lambda c: c["min_numel"])
     lines = ["| min_numel | samples/s | MB sent/step |", "|---|---|---|"]
@@ -248,6 +275,7 @@ def adacomp_layers_table(result: dict) -> str:
 # README marker -> (results file, renderer)
 TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wire_bytes_table),
           "scale_targets": ("wire_bytes", scale_targets_table),
+          "cost_model": ("cost_model", cost_model_table),
           "small_tensors": ("small_tensors", small_tensors_table),
           "throughput": ("throughput", throughput_table),
           "throughput_targets": ("throughput", throughput_targets_table),

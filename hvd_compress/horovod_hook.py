@@ -27,12 +27,12 @@ from horovod.torch import mpi_ops
 from horovod.torch import optimizer as hvd_optimizer
 
 from .agreement import Agreement, optimizer_id
-from .communication import allgather, dense, route, twophase
+from .communication import allgather, dense, lowrank, route, twophase
 from .communication.base import Exchange
 from .compressor import Compressor
 
 SUPPORTED_HOROVOD = "0.28.1"
-COMMUNICATORS = {"allgather": allgather.start, "twophase": twophase.start}
+COMMUNICATORS = {"allgather": allgather.start, "twophase": twophase.start, "lowrank": lowrank.start}
 
 if horovod.__version__ != SUPPORTED_HOROVOD:
     raise ImportError(

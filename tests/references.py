@@ -67,3 +67,87 @@ def fold(acc: np.ndarray, grad: np.ndarray, keep: bool) -> tuple[np.ndarray, int
     """(acc + grad, or grad without error feedback; the number of non-finite entries of grad)."""
     with np.errstate(invalid="ignore", over="ignore"):
         return (acc + grad if keep else grad.copy()), int((~np.isfinite(grad)).sum())
+
+
+# --- random-k, threshold, signSGD, momentum (kernels/{randomk,threshold,signsgd,momentum}_cpu) ---
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix_int(z: int) -> int:
+    """splitmix64's finalizer on a Python int."""
+    z &= _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _mix_array(z: np.ndarray) -> np.ndarray:
+    """The same on a uint64 array (array arithmetic wraps mod 2**64 silently)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _feistel(x: np.ndarray, bits: int, keys: list[int]) -> np.ndarray:
+    """A bijection of the bits-bit integers: rounds that swap the low part to the top and xor a
+    keyed hash of it into the old high part."""
+    lo_bits, hi_bits = bits // 2, bits - bits // 2
+    for key in keys:
+        lo = x & np.uint64((1 << lo_bits) - 1)
+        hi = x >> np.uint64(lo_bits)
+        f = _mix_array(lo ^ np.uint64(key)) & np.uint64((1 << hi_bits) - 1)
+        x = (lo << np.uint64(hi_bits)) | (hi ^ f)
+        lo_bits, hi_bits = hi_bits, lo_bits
+    return x
+
+
+def randomk_indices(n: int, k: int, seed: int) -> np.ndarray:
+    """The images of 0..k-1 under the seed's permutation of range(n): the Feistel permutation of
+    the (n-1).bit_length()-bit integers, reapplied while the image is >= n (cycle walking)."""
+    bits = (n - 1).bit_length()
+    keys = [_mix_int(seed + (r + 1) * _GOLDEN) for r in range(4)]
+    x = _feistel(np.arange(k, dtype=np.uint64), bits, keys)
+    while (x >= n).any():
+        out = x >= n
+        x[out] = _feistel(x[out], bits, keys)
+    return x.astype(np.int32)
+
+
+def randomk(acc: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values in index order of generation, new residual)."""
+    index = randomk_indices(acc.size, k, seed)
+    residual = acc.copy()
+    residual[index] = 0
+    return acc[index], residual
+
+
+def threshold(acc: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, indices ascending, new residual) of every |acc| > thr (float32 compare)."""
+    index = np.flatnonzero(np.abs(acc) > np.float32(thr)).astype(np.int32)
+    residual = acc.copy()
+    residual[index] = 0
+    return acc[index], index, residual
+
+
+def signs(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(packed bits of acc >= 0, little bit order; acc - the +-1 they stand for)."""
+    up = acc >= 0
+    return np.packbits(up, bitorder="little"), acc - np.where(up, np.float32(1), np.float32(-1))
+
+
+def signs_decode(bits: np.ndarray, n: int) -> np.ndarray:
+    return np.where(np.unpackbits(bits, bitorder="little")[:n].astype(bool), 1, -1).astype(np.float32)
+
+
+def majority_vote(vectors: list[np.ndarray]) -> np.ndarray:
+    """sign(sum of the ranks' signs, sign(0) = +1 per rank), 0 on a tie."""
+    return np.sign(sum(np.where(v >= 0, 1, -1) for v in vectors)).astype(np.float32)
+
+
+def momentum(acc: np.ndarray, grad: np.ndarray, u: np.ndarray, decay: float,
+             gain: float) -> tuple[np.ndarray, np.ndarray]:
+    """(new acc, new u): u' = decay u + gain grad, acc' = (acc - grad) + u', in float32."""
+    u_new = np.float32(decay) * u + np.float32(gain) * grad
+    return (acc - grad) + u_new, u_new

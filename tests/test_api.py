@@ -10,6 +10,11 @@ from hvd_compress.communication import framing
 # One spec per compressor configuration the invariants are checked for.
 SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit", "onebit:scaling=l1,granularity=column",
          "adacomp", "adacomp:bin_size=7"]
+# The catalogue methods whose encode/decode keeps the invariant (signsgd's vote and DGC's momentum
+# are checked by their kernel tests and tests/test_horovod.py).
+SPECS += ["randomk:ratio=0.01", "randomk:ratio=0.3,seed=5", "threshold:threshold=1.0", "efsignsgd",
+          "signsgd:error_feedback=true", "dgc:momentum=0,ratio=0.01", "dgc:momentum=0,ratio=0.01,warmup_steps=4",
+          "dgc:momentum=0,dense_below=10000"]
 
 
 def test_from_spec_builds_configured_compressors():
@@ -22,7 +27,7 @@ def test_from_spec_builds_configured_compressors():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("nope", "known: adacomp, fp16, none, onebit, topk"),
+    ("nope", "known: adacomp, .*fp16, none, onebit, .*topk"),
     ("onebit:scaling=l2", "scaling must be one of"),
     ("adacomp:bin_size=0", "bin_size must be an int >= 1"),
     ("topk:ratio", "expected KEY=VALUE"),

@@ -11,7 +11,9 @@ from harness import run_workers
 
 SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact,communication=twophase",
          "onebit:communication=twophase", "adacomp:communication=twophase",
-         "onebit:scaling=l1,granularity=column", "adacomp"]
+         "onebit:scaling=l1,granularity=column", "adacomp", "powersgd:rank=2",
+         "powersgd:rank=1,start_step=2", "randomk:ratio=0.05", "threshold:threshold=1.0", "signsgd",
+         "efsignsgd", "dgc:ratio=0.05"]
 SHAPES = {"w": (64, 100), "v": (30, 70), "b": (16,)}  # b is small: Horovod's dense path
 
 
@@ -47,6 +49,8 @@ def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> lis
                 total = sum(g for _, g in present) / (ranks if average else 1)
             elif way == "twophase":
                 total = _twophase_reference(compressors, name, grads, average).view(shape)
+            elif way == "lowrank":
+                total = _lowrank_reference(compressors, name, grads, average).view(shape)
             else:
                 total = torch.zeros(torch.Size(shape).numel())
                 for c, g in present:
@@ -91,6 +95,28 @@ def _twophase_reference(compressors, name, grads, average):
         server.decode_add(server.encode(reduced, mine, shape), total[lo:hi], shape)
     compressors[0].finish(total)
     return total
+
+
+def _lowrank_reference(compressors, name, grads, average):
+    """PowerSGD (methods/powersgd.py) in one process; compressors[0] keeps the shared Q."""
+    import torch
+
+    first, shape = compressors[0], torch.Size(SHAPES[name])
+    if not first.compressing(name):
+        return sum(g for g in grads if g is not None) / (len(grads) if average else 1)
+    rows, cols = first.matrix(shape)
+    ms = [c.memory.compensate(name, g).view(rows, cols) if g is not None else torch.zeros(rows, cols)
+          for c, g in zip(compressors, grads)]
+    q = first.q(name, cols, torch.device("cpu"))
+    p_hat = torch.linalg.qr(sum(m @ q for m in ms)).Q
+    shares = [m.t() @ p_hat for m in ms]
+    for m, share, g in zip(ms, shares, grads):
+        if g is not None:
+            m.addmm_(p_hat, share.t(), alpha=-1)
+    q = sum(shares) / (len(grads) if average else 1)
+    if q.any():
+        first.keep_q(name, q)
+    return p_hat @ q.t()
 
 
 def _synchronized_grads(spec, steps, op_name="Average", passes=1, predivide=1.0, skip=()):
@@ -234,7 +260,10 @@ def test_ranks_end_with_identical_parameters(num_proc):
 def test_aggregate_equals_single_process_reference(num_proc, case):
     for rank in findings(num_proc):
         for spec in SPECS:
-            assert rank["errors"][spec, case] <= 1e-6, (spec, case)
+            # PowerSGD's factors are summed by gloo's ring allreduce, in another order than
+            # the reference's, and orthogonalized after: equal up to rounding
+            tolerance = 1e-4 if spec.startswith("powersgd") else 1e-6
+            assert rank["errors"][spec, case] <= tolerance, (spec, case)
 
 
 def test_stats_count_what_was_sent():
@@ -242,13 +271,18 @@ def test_stats_count_what_was_sent():
         stats = findings(2)[0]["stats"][spec]
         assert stats["steps"] == 6
         # LeNet-5: conv2, fc1 and fc2 weights are compressed; the rest is small and goes dense
-        assert sorted(stats["per_tensor"]) == ["conv2.weight", "fc1.weight", "fc2.weight"]
+        # (DGC keeps momentum for every parameter and signSGD votes on every one, so they take
+        # the small ones too: methods/dgc.py, methods/signsgd.py)
+        if not spec.startswith(("dgc", "signsgd")):
+            assert sorted(stats["per_tensor"]) == ["conv2.weight", "fc1.weight", "fc2.weight"]
         assert 0 < stats["sent_bytes"] < stats["dense_bytes"]
         # two-phase sends about two payloads, and AdaComp's re-selection of a region's sum
         # keeps more entries than a rank's own selection
-        twice = 2 if "twophase" in spec else 1
-        for layer in stats["per_tensor"].values():
-            assert 0 < layer["sent_bytes"] < twice * layer["dense_bytes"] / 4
+        # (PowerSGD's dense start steps send dense bytes)
+        twice = 2 if "twophase" in spec or "start_step" in spec else 1
+        for name in ("conv2.weight", "fc1.weight", "fc2.weight"):
+            layer = stats["per_tensor"][name]
+            assert 0 < layer["sent_bytes"] < twice * layer["dense_bytes"] / 4, (spec, name)
 
 
 def test_options_the_compressed_path_cannot_honour_are_refused():

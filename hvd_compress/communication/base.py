@@ -16,7 +16,7 @@ A rank's contribution for one tensor and step is one of three things:
 """
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 import horovod.torch as hvd
 import torch
@@ -33,7 +33,7 @@ class Exchange:
     (agreement.optimizer_id: a digest of its parameter names and its place among this process's
     optimizers with the same names), so two optimizers whose models share parameter names
     ("0.weight" in two nn.Sequential) never submit collectives of the same name. ``pending`` holds this optimizer's
-    two-phase reductions whose phase 2 has not started (communication/twophase.py); it is per
+    reductions in two rounds whose second round has not started (``in_two_rounds``); it is per
     optimizer, so one optimizer's synchronize() never waits on another's collectives."""
 
     prefix: str
@@ -68,6 +68,34 @@ class Wait:
                     "has probably stopped; its own output names the cause") from err
             self._finish = None
         return self._result
+
+
+class TwoRounds(Protocol):
+    """A reduction whose second collective needs the first one's result (twophase.py,
+    lowrank.py)."""
+
+    def start_phase2(self) -> None: ...
+
+    def result(self) -> torch.Tensor: ...
+
+
+def in_two_rounds(reduction: TwoRounds, exchange: Exchange, what: str) -> Wait:
+    """The handle of ``reduction``, whose first round is in flight: it starts the second round
+    in synchronize(). Before any rank blocks on a second round it starts the second round of
+    every pending reduction of its optimizer: ranks finish tensors in different orders (a
+    parameter without a gradient is submitted late on one rank), and a rank waiting on tensor
+    A's second round while another waits on B's would otherwise hang both."""
+    with exchange.lock:
+        exchange.pending.append(reduction)
+
+    def finish() -> torch.Tensor:
+        with exchange.lock:
+            ready, exchange.pending[:] = list(exchange.pending), []
+        for other in ready:
+            other.start_phase2()
+        return reduction.result()
+
+    return Wait(finish, what)
 
 
 def contribution(compressor: Compressor, name: str, grad: torch.Tensor,

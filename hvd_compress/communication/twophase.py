@@ -28,7 +28,7 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, contribution, decode_sum, encoded
+from .base import Exchange, Wait, contribution, decode_sum, encoded, in_two_rounds
 
 
 def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
@@ -97,25 +97,9 @@ class _Reduction:
         return total.view(self.grad.shape).to(self.grad.dtype)
 
 
-def _finish(reduction: _Reduction) -> torch.Tensor:
-    """Before any rank blocks on a phase 2 it starts the phase 2 of every pending reduction of
-    its optimizer: ranks finish tensors in different orders (a parameter without a gradient is
-    submitted late on one rank), and a rank waiting on the allgather of tensor A while another
-    waits on that of B would otherwise hang both."""
-    exchange = reduction.exchange
-    with exchange.lock:
-        ready, exchange.pending[:] = list(exchange.pending), []
-    for other in ready:
-        other.start_phase2()
-    return reduction.result()
-
-
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
           absent: bool = False) -> Wait:
     """Compresses ``grad`` (nothing when ``absent``: see base.py) and starts phase 1; the handle
     finishes the allreduce and yields the aggregate in ``grad``'s shape and dtype. ``grad``
     must give every rank a chunk (``fits``)."""
-    reduction = _Reduction(compressor, grad, name, exchange, absent)
-    with exchange.lock:
-        exchange.pending.append(reduction)
-    return Wait(lambda: _finish(reduction), name)
+    return in_two_rounds(_Reduction(compressor, grad, name, exchange, absent), exchange, name)

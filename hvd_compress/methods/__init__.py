@@ -7,8 +7,15 @@ gives every method (options, error-feedback memory). How its payloads travel is 
 """
 from ..compressor import Compressor
 from .adacomp import AdaComp
+from .dgc import DGC
+from .efsignsgd import EFSignSGD
 from .onebit import OneBit
+from .powersgd import PowerSGD
+from .randomk import RandomK
+from .signsgd import SignSGD
+from .threshold import Threshold
 from .topk import TopK
 
 #: every method, by the name ``from_spec`` knows it by
-METHODS: dict[str, type[Compressor]] = {cls.name: cls for cls in (TopK, OneBit, AdaComp)}
+METHODS: dict[str, type[Compressor]] = {cls.name: cls for cls in (TopK, OneBit, AdaComp, PowerSGD)}
+METHODS.update({cls.name: cls for cls in (RandomK, Threshold, SignSGD, EFSignSGD, DGC)})

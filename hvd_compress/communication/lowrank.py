@@ -1,0 +1,67 @@
+"""Low-rank factors through Horovod's own allreduce: PowerSGD's communication
+(methods/powersgd.py has the algorithm).
+
+Round 1, in the gradient hook: P = M Q, allreduced (sum). Round 2, in ``synchronize()``: Q =
+M^T orthogonalize(P), allreduced (sum or mean), and the aggregate P^ Q^T. Both rounds are plain
+fp32 allreduces, so Horovod fuses every tensor's P (then Q) of one step into one collective:
+the batching of many small factors into few messages costs no code here. Cost per rank for an
+n x m matrix at rank r on p ranks: a ring allreduce of r n floats, then one of r m floats.
+
+Contributions follow base.py: a rank without a gradient adds zero factors and keeps its
+residual; a non-finite gradient makes its P all NaN, so every rank's aggregate is NaN for that
+tensor this step, and the warm-start Q is not replaced by a NaN one.
+"""
+import horovod.torch as hvd
+import torch
+
+from ..methods.powersgd import PowerSGD
+from . import dense
+from .base import Exchange, Wait, contribution, in_two_rounds
+
+
+class _Reduction:
+    """One matrix's PowerSGD step, from P's allreduce in flight to the aggregate."""
+
+    def __init__(self, compressor: PowerSGD, grad: torch.Tensor, name: str, exchange: Exchange,
+                 absent: bool) -> None:
+        self.compressor, self.grad, self.name, self.exchange = compressor, grad, name, exchange
+        self.rows, self.cols = compressor.matrix(grad.shape)
+        acc, self.finite = contribution(compressor, name, grad, absent)
+        # An absent gradient contributes zero factors; its residual (acc is None) stays as is.
+        self.m = (acc if acc is not None else torch.zeros(grad.numel(), device=grad.device)
+                  ).view(self.rows, self.cols)
+        self.q = compressor.q(name, self.cols, grad.device)
+        p = self.m @ self.q
+        if not self.finite:
+            p.fill_(float("nan"))
+        self.residual = acc is not None
+        self.phase1 = hvd.allreduce_async(p, name=exchange.name(name, ".P"), op=hvd.Sum,
+                                          process_set=exchange.process_set)
+        self.phase2 = None
+
+    def start_phase2(self) -> None:
+        p = hvd.synchronize(self.phase1)
+        self.p_hat = torch.linalg.qr(p).Q if torch.isfinite(p).all() else p
+        q_mine = self.m.t() @ self.p_hat
+        if self.residual and self.finite:
+            self.m.addmm_(self.p_hat, q_mine.t(), alpha=-1)  # residual_i = M_i - P^ Q_i^T
+        op = hvd.Average if self.exchange.average else hvd.Sum
+        self.phase2 = hvd.allreduce_async(q_mine, name=self.exchange.name(self.name, ".Q"), op=op,
+                                          process_set=self.exchange.process_set)
+
+    def result(self) -> torch.Tensor:
+        q = hvd.synchronize(self.phase2)
+        self.compressor._count(self.name, self.grad.numel(), 4 * (self.p_hat.numel() + q.numel()))
+        if torch.isfinite(q).all() and q.any():  # a zero Q (no rank had a gradient) would stay zero
+            self.compressor.keep_q(self.name, q)
+        return (self.p_hat @ q.t()).view(self.grad.shape).to(self.grad.dtype)
+
+
+def start(compressor: PowerSGD, grad: torch.Tensor, name: str, exchange: Exchange,
+          absent: bool = False) -> Wait:
+    """Starts the PowerSGD step of ``grad``, or, during its ``start_step`` dense steps, an
+    fp32 allreduce of it; the handle yields the aggregate in ``grad``'s shape and dtype."""
+    if not compressor.compressing(name):
+        compressor._count(name, grad.numel(), 4 * grad.numel())
+        return dense.start(grad, name, exchange)
+    return in_two_rounds(_Reduction(compressor, grad, name, exchange, absent), exchange, name)

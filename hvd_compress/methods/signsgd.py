@@ -1,0 +1,92 @@
+"""signSGD with majority vote, and Signum.
+
+Bernstein, Wang, Azizzadenesheli & Anandkumar, "signSGD: Compressed Optimisation for Non-Convex
+Problems", ICML 2018; Bernstein, Zhao, Azizzadenesheli & Anandkumar, "signSGD with Majority Vote
+is Communication Efficient and Fault Tolerant", ICLR 2019. Each rank sends the signs of its
+gradient; the aggregate is the sign of their sum (the majority vote):
+
+    rank r:     s_r = sign(g_r)                     1 bit an element
+    aggregate:  sign(sum_r s_r)                     in {-1, 0, +1}; 0 where the vote ties
+    optimizer:  x <- x - lr * aggregate
+
+``momentum=beta > 0`` is Signum: each rank keeps m <- beta * m + (1 - beta) * g per parameter and
+sends sign(m) (the ICLR 2019 paper's distributed Signum, momentum on the workers).
+
+The learning rate: every element of every compressed parameter moves by exactly ``lr`` per step
+(or stays, on a tie), whatever the gradient's scale. Use plain SGD without momentum
+(``torch.optim.SGD(params, lr=...)``; pass ``momentum=`` here for Signum), with a learning rate
+like Adam's, typically 1e-4 to 1e-3, not SGD's 0.1. ``op=hvd.Average`` and ``hvd.Sum`` give the
+same vote.
+
+Payload: the sign bits packed 8 to a byte (element 8b+j in bit j of byte b): ceil(n/8) bytes,
+32x smaller than fp32. Cost: one pass to pack (two with momentum), one to unpack each payload.
+The packing is OneBit's kernel with fixed levels -1 and +1 (kernels/signsgd_cpu.py).
+
+Decisions where the papers are silent:
+
+* sign(0): one bit cannot carry 0, so a zero entry (a dead unit, an unused embedding row) votes
+  +1, as in GRACE's implementation. A tied vote gives 0 (``finish``: torch.sign), so at an even
+  number of ranks disagreement does not drift every tied element by -lr each step.
+* Defaults differ from the other methods, because the vote must reach every parameter:
+  ``error_feedback=False`` (the papers' method has none; ``True`` is allowed and keeps
+  acc - sign(acc), of magnitude about 1 whatever the gradient, which swamps it: for a sign
+  compressor with error feedback use ``efsignsgd``); ``min_numel=0``, since a tensor sent dense
+  through Horovod would get the plain averaged gradient, which at signSGD's learning rate barely
+  moves; ``communication="allgather"``, as the paper implements it. ``"twophase"`` is accepted
+  without momentum, but there the re-compressed vote is one bit again, so ties become +1;
+  ``"auto"`` and ``"dense"`` are refused (dense would average instead of vote). With momentum
+  only ``"allgather"``: two-phase would apply the momentum again to the reduced chunk.
+* Sparse gradients and tensors below a user-set ``min_numel`` still go dense: averaged, not voted.
+* The momentum buffer is kept per memory buffer (methods/state.py), fp32, starting at zero, and
+  is not checkpointed.
+"""
+from typing import Any
+
+import torch
+
+from ..compressor import Compressor, require
+from ..kernels import arrays
+from .state import PerBuffer
+
+
+class SignSGD(Compressor):
+    """``SignSGD(momentum=0.0)``: majority vote of signs; ``momentum > 0`` gives Signum."""
+
+    name = "signsgd"
+
+    def __init__(self, *, momentum: float = 0.0, error_feedback: bool = False, min_numel: int = 0,
+                 communication: str = "allgather", **kwargs: Any) -> None:
+        super().__init__(error_feedback=error_feedback, min_numel=min_numel,
+                         communication=communication, **kwargs)
+        require(isinstance(momentum, (int, float)) and not isinstance(momentum, bool)
+                and 0 <= momentum < 1, "momentum", "a number in [0, 1)", momentum)
+        allowed = ("allgather",) if momentum else ("allgather", "twophase")
+        require(communication in allowed, "communication",
+                f"one of {allowed} for signsgd{' with momentum' if momentum else ''} (a majority "
+                "vote: dense would average, two-phase would re-apply momentum)", communication)
+        self.momentum = momentum
+        self._momenta: PerBuffer[torch.Tensor] = PerBuffer()
+
+    def options(self) -> dict[str, Any]:
+        return {**super().options(), "momentum": self.momentum}
+
+    def expected_bytes(self, numel: int, shape: torch.Size) -> float:
+        return (numel + 7) // 8
+
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        if self.momentum:
+            m = self._momenta.get(acc, lambda: torch.zeros_like(acc))
+            arrays.kernels("momentum", acc).accumulate(
+                arrays.view(acc), arrays.view(grad.to(torch.float32)), arrays.view(m),
+                self.momentum, 1.0 - self.momentum)
+        return arrays.tensor(arrays.kernels("signsgd", acc).pack(arrays.view(acc)), acc)
+
+    def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        arrays.kernels("signsgd", out).unpack_add(arrays.view(payload), arrays.view(out))
+
+    def finish(self, total: torch.Tensor) -> None:
+        total.sign_()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._momenta.clear()  # the memory's buffers were replaced
