@@ -53,6 +53,11 @@ def load(name: str) -> dict | None:
         return json.load(f)
 
 
+def with_option(spec: str, option: str) -> str:
+    """``spec`` with ``option`` ("KEY=VALUE") added: "topk:ratio=0.01" -> "topk:ratio=0.01,KEY=VALUE"."""
+    return f"{spec}{',' if ':' in spec else ':'}{option}"
+
+
 def rate_label(rate_mbit: float | None) -> str:
     """A link rate of the simulated cluster; None is an unthrottled link."""
     return "unthrottled" if rate_mbit is None else f"{rate_mbit:g} Mbit/s"

@@ -18,13 +18,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ResultCache  # noqa: E402
+from common import ResultCache, with_option  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_mnist.py")
 COMPRESSORS = ["topk:ratio=0.01", "onebit", "adacomp"]
 # (spec, error feedback); None: Horovod's own, which has none to turn off
 METHODS = ([("none", None), ("fp16", None)] + [(c, True) for c in COMPRESSORS]
-           + [(f"{c}{',' if ':' in c else ':'}error_feedback=false", False) for c in COMPRESSORS])
+           + [(with_option(c, "error_feedback=false"), False) for c in COMPRESSORS])
 
 
 def train(workers: int, spec: str, epochs: int, seed: int) -> dict:

@@ -29,7 +29,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-from common import RESULTS, ResultCache, load  # noqa: E402
+from common import RESULTS, ResultCache, load, with_option  # noqa: E402
 
 WIRE = (1448 + 66) / 1448 + 66 / (2 * 1448)  # interface bytes per TCP payload byte, ring traffic
 PROJECTED_P = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
@@ -137,11 +137,12 @@ def project(fitted: dict, model: str) -> dict:
                "PowerSGD r=4": "ddp:powersgd:4"}
     for spec in ("topk:ratio=0.01", "onebit", "adacomp"):
         methods[f"{spec} (auto)"] = spec
-        methods[f"{spec} allgather"] = f"{spec}{',' if ':' in spec else ':'}communication=allgather"
+        methods[f"{spec} allgather"] = with_option(spec, "communication=allgather")
     out = {}
     for label, method in methods.items():
         for gbit in PROJECTED_GBIT:
-            auto = method if "ddp" in method or method in ("none", "fp16") else f"{method}{',' if ':' in method else ':'}link_gbit={gbit}"
+            ours = not method.startswith("ddp:") and method not in ("none", "fp16")
+            auto = with_option(method, f"link_gbit={gbit}") if ours else method
             points = []
             for p in PROJECTED_P:
                 c, link = step_cost(model, auto, p, gbit, fitted)

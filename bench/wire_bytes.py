@@ -15,12 +15,12 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ResultCache  # noqa: E402
+from common import ResultCache, with_option  # noqa: E402
 from netsim import exit_unless_available  # noqa: E402
 from throughput import measure  # noqa: E402
 
 DEFAULTS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp"]
-FORCED = [f"{spec}{',' if ':' in spec else ':'}communication={way}"
+FORCED = [with_option(spec, f"communication={way}")
           for spec in ("topk:ratio=0.01", "onebit", "adacomp") for way in ("allgather", "twophase")]
 
 

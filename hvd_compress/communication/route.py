@@ -14,8 +14,7 @@ step under the cost model (cost.py: Horovod fuses allgathers and allreduces, so 
 two-phase's alltoall pays its negotiation and latency per tensor), on a link of the
 compressor's ``link_gbit`` (default 1 Gbit/s: the slow networks compression is for; set it to
 your link's rate) with the latency measured on the simulated cluster; on a tie, the earlier of
-allgather, twophase, dense. What that gives (crossovers tabulated in the README,
-"Communication at scale"):
+allgather, twophase, dense. What that gives (tests/test_route.py pins each case):
 
 * at p = 2 allgather and two-phase send the same bytes and two-phase pays an unfused alltoall,
   so allgather;
