@@ -1,9 +1,14 @@
 """Does the model still converge? LeNet-5 on real MNIST (examples/pytorch_mnist.py under
-horovodrun, gloo on localhost), fixed seed and epochs, for each method with and without error
-feedback (the ablation), at np=2 and np=4.
+horovodrun, gloo on localhost), fixed seed and epochs, for every method of the catalogue at its
+defaults, and TopK, OneBit and AdaComp also without error feedback (the ablation), at np=2 and
+np=4.
 
-    .venv/bin/python bench/convergence.py            # np=2 and 4, 3 epochs, 8 methods
-    .venv/bin/python bench/convergence.py --quick    # np=2, 1 epoch, error feedback on only
+    .venv/bin/python bench/convergence.py            # np=2 and 4, 3 epochs, 19 methods
+    .venv/bin/python bench/convergence.py --quick    # np=2, 1 epoch, no ablation
+
+The optimizer is the example's (SGD, lr 0.01 per worker, momentum 0.9) except where a method
+needs another (``OPTIMIZER``): DGC keeps the momentum itself, and signSGD's majority vote moves
+every weight by exactly lr each step, so it takes plain SGD at a small lr, as its paper does.
 
 Writes bench/results/convergence.json (cached per cell: an interrupted run re-run skips the
 finished cells; --fresh starts over) and bench/results/accuracy.png, loss.png. No root needed.
@@ -16,15 +21,23 @@ import sys
 import tempfile
 import time
 
+import hvd_compress as hc
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import ResultCache, with_option  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_mnist.py")
 COMPRESSORS = ["topk:ratio=0.01", "onebit", "adacomp"]
+# the rest of the catalogue, each at its defaults (with error feedback where its paper has it)
+CATALOGUE = ["powersgd:rank=1", "dgc", "randomk", "threshold", "signsgd", "signum", "efsignsgd",
+             "qsgd", "terngrad", "u8bit", "natural"]
 # (spec, error feedback); None: Horovod's own, which has none to turn off
 METHODS = ([("none", None), ("fp16", None)] + [(c, True) for c in COMPRESSORS]
+           + [(c, hc.from_spec(c).error_feedback) for c in CATALOGUE]
            + [(with_option(c, "error_feedback=false"), False) for c in COMPRESSORS])
+SIGN_SGD = ["--lr", "0.0005", "--momentum", "0"]  # per worker, scaled by world size as always
+OPTIMIZER = {"dgc": ["--momentum", "0"], "signsgd": SIGN_SGD, "signum": SIGN_SGD}
 
 
 def train(workers: int, spec: str, epochs: int, seed: int) -> dict:
@@ -34,13 +47,15 @@ def train(workers: int, spec: str, epochs: int, seed: int) -> dict:
         started = time.perf_counter()
         run = subprocess.run([horovodrun, "-np", str(workers), "-H", f"localhost:{workers}",
                               "--gloo", sys.executable, EXAMPLE, "--compression", spec,
-                              "--epochs", str(epochs), "--seed", str(seed), "--metrics", metrics],
+                              "--epochs", str(epochs), "--seed", str(seed), "--metrics", metrics,
+                              *OPTIMIZER.get(spec.split(":")[0], [])],
                              capture_output=True, text=True, timeout=3600)
         if run.returncode != 0:
             raise RuntimeError(f"{spec} at np={workers} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
         with open(metrics) as f:
             result = json.load(f)
     result["wall_s"] = time.perf_counter() - started
+    result["optimizer"] = " ".join(OPTIMIZER.get(spec.split(":")[0], [])) or "example's"
     return result
 
 
@@ -57,7 +72,7 @@ def main() -> None:
                  "np": workers, "method": spec, "error_feedback": feedback, "epochs": epochs,
                  "seed": args.seed, **train(workers, spec, epochs, args.seed)}
              for workers in ([2] if args.quick else [2, 4]) for spec, feedback in METHODS
-             if not (args.quick and feedback is False)}
+             if not (args.quick and "error_feedback=false" in spec)}
     cache = ResultCache("convergence", args.fresh)
     cache.sweep(cells, lambda c: f"test accuracy {c['test_accuracy'][-1][1]:.2f}%  ({c['wall_s']:.0f} s)")
     import plots

@@ -142,9 +142,46 @@ def cost_model(result: dict) -> list[str]:
     return [_save(fig, "cost_model.png")]
 
 
+def time_to_accuracy(result: dict) -> list[str]:
+    """Per workload: quality against training seconds, one line per method (dashed: the DDP
+    peer), one panel per world size and link rate, the target as a horizontal line. Runs of
+    --quick and of the full sweep are drawn apart (the full ones when both exist)."""
+    from time_to_accuracy import WORKLOADS, quality_target
+
+    runs = list(result["cells"].values())
+    paths = []
+    for workload in dict.fromkeys(c["workload"] for c in runs):
+        cells = [c for c in runs if c["workload"] == workload]
+        if any(not c["quick"] for c in cells):
+            cells = [c for c in cells if not c["quick"]]
+        series = WORKLOADS[workload]["quality"]
+        panels = sorted({(c["np"], c["rate_mbit"]) for c in cells}, key=lambda k: (k[0], by_rate(k[1])))
+        fig, axes = _panels(panels, lambda k: f"{workload}, np={k[0]}, {rate_label(k[1])}")
+        for (np_, rate), ax in axes.items():
+            here = [c for c in cells if (c["np"], c["rate_mbit"]) == (np_, rate)]
+            for c in here:
+                seconds = [t for _, t in c["train_seconds"]]
+                ax.plot(seconds, [q for _, q in c[series]], marker=".", label=c["method"],
+                        linestyle="--" if c["method"].startswith("ddp:") else "-")
+            target = quality_target(here[0], here)
+            if target is not None:
+                ax.axhline(target, color="grey", linewidth=0.8)
+            ax.set_xscale("log")
+            _plain_log(ax.xaxis)
+            ax.set_xlabel("training seconds (evaluation excluded)")
+            ax.set_ylabel("test accuracy (%)" if workload == "mnist" else "validation perplexity (log)")
+            if workload == "mnist":
+                ax.set_ylim(94, 100)
+            else:
+                ax.set_yscale("log")
+        axes[panels[-1]].legend(fontsize=7)
+        paths.append(_save(fig, f"time_to_accuracy_{workload}.png"))
+    return paths
+
+
 def main() -> None:
     for name, draw in [("throughput", throughput), ("convergence", convergence), ("kernels", kernels),
-                       ("cost_model", cost_model)]:
+                       ("cost_model", cost_model), ("time_to_accuracy", time_to_accuracy)]:
         result = load(name)
         if result is not None:
             print("wrote", *draw(result))

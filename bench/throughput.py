@@ -45,14 +45,18 @@ def command(method: str, model: str, batch_size: int, steps: int, warmup: int) -
 
 def measure(workers: int, method: str, model: str, rate_mbit: float | None, steps: int,
             batch_size: int = 32, warmup: int = 2) -> dict:
-    """Runs one cell on a fresh cluster: samples/s and per-worker bytes per step (mean over
-    workers of each interface's counters)."""
+    """Runs one cell on a fresh cluster: samples/s, per-worker bytes per step (mean over
+    workers of each interface's counters), the median step and the compressed path's
+    milliseconds per step by phase (means over workers)."""
     with Cluster(workers, rate_mbit) as cluster:
         outputs = cluster.run(command(method, model, batch_size, steps, warmup), timeout=900)
     ranks = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     return {"tx_bytes_per_step": statistics.mean(r["tx_bytes_per_step"] for r in ranks),
             "rx_bytes_per_step": statistics.mean(r["rx_bytes_per_step"] for r in ranks),
-            "samples_per_s": min(r["samples_per_s"] for r in ranks)}
+            "samples_per_s": min(r["samples_per_s"] for r in ranks),
+            "step_ms": statistics.mean(r.get("step_ms", 0.0) for r in ranks),
+            "phase_ms_per_step": {k: statistics.mean(r["phase_ms_per_step"].get(k, 0.0) for r in ranks)
+                                  for k in ranks[0].get("phase_ms_per_step", {})}}
 
 
 def main() -> None:

@@ -54,15 +54,17 @@ def _counters(iface: str | None) -> tuple[int, int]:
 
 
 def benchmark(step: Callable[[], None], barrier: Callable[[], None], rank: int, size: int,
-              args: argparse.Namespace) -> None:
+              args: argparse.Namespace, phases: Callable[[], dict] = dict) -> None:
     """Warms up, times ``num_iters`` steps between two barriers and reports throughput: from
     the median step, which one slow step (a page fault storm, another process on the core)
     does not move; every step ends in the optimizer waiting for all ranks, so the ranks' steps
-    take the same time."""
+    take the same time. ``phases()``: cumulative seconds by phase of the compressed path (an
+    hvd_compress compressor's stats), reported per step in the JSON."""
     for _ in range(args.num_warmup_batches):
         step()
     barrier()
     tx0, rx0 = _counters(args.iface)
+    before = phases()
     times = []
     for _ in range(args.num_iters):
         start = time.perf_counter()
@@ -70,12 +72,16 @@ def benchmark(step: Callable[[], None], barrier: Callable[[], None], rank: int, 
         times.append(time.perf_counter() - start)
     barrier()
     tx1, rx1 = _counters(args.iface)
+    after = phases()
     samples_per_s = args.batch_size * size / statistics.median(times)
     if args.json:
         print(json.dumps({"rank": rank, "size": size, "steps": args.num_iters,
                           "samples_per_s": samples_per_s,
                           "tx_bytes_per_step": (tx1 - tx0) / args.num_iters,
-                          "rx_bytes_per_step": (rx1 - rx0) / args.num_iters}), flush=True)
+                          "rx_bytes_per_step": (rx1 - rx0) / args.num_iters,
+                          "step_ms": 1000 * statistics.median(times),
+                          "phase_ms_per_step": {k: 1000 * (v - before.get(k, 0.0)) / args.num_iters
+                                                for k, v in after.items()}}), flush=True)
     elif rank == 0:
         print(f"{args.model}, batch {args.batch_size} per worker, {size} workers: "
               f"{samples_per_s:.1f} samples/s", flush=True)
@@ -92,16 +98,18 @@ def main() -> None:
     model, x, y = synthetic_model_and_batch(args)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    compression = hvd_compress.from_spec(args.compression)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=hvd_compress.from_spec(args.compression))
+                                         compression=compression)
 
     def step() -> None:
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
 
+    phases = (lambda: compression.stats()["seconds"]) if isinstance(compression, hvd_compress.Compressor) else dict
     benchmark(step, lambda: hvd.allreduce(torch.zeros(1), name="benchmark.barrier"),
-              hvd.rank(), hvd.size(), args)
+              hvd.rank(), hvd.size(), args, phases)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ A compressor is two things at once:
   that take its own dense allreduce path. There it is a no-op, exactly like
   ``horovod.torch.Compression.none``, so dense tensors travel as Horovod sends them;
 * a codec for everything else: ``encode`` turns gradient + residual into a byte payload and
-  leaves the new residual behind; ``decode_add`` adds one payload's contribution to a sum.
+  leaves the new residual behind; ``decode_add`` adds one payload's contribution to a sum, and
+  ``decode_add_all`` the payloads of every rank for one tensor, in rank order (by default a loop
+  over ``decode_add``; TopK, OneBit and AdaComp decode them in one kernel call).
 
 How payloads travel is the communicator's business (``hvd_compress/communication``).
 """
@@ -61,6 +63,7 @@ class Compressor:
         self._per_tensor: dict[str, dict[str, int]] = {}
         self._dense_bytes = 0
         self._sent_bytes = 0
+        self._seconds: dict[str, float] = {}
         self._serves: list[str] | None = None  # the parameter names of the optimizer it serves
 
     def serve(self, parameter_names: list[str]) -> None:
@@ -107,6 +110,13 @@ class Compressor:
         """Adds what ``payload`` carries to ``out`` (flat fp32, the piece ``payload`` was
         encoded from; ``shape`` as in ``encode``)."""
         raise NotImplementedError
+
+    def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
+        """``decode_add`` of every payload (non-empty, all encoded from the piece ``out`` is),
+        in order. Methods override it to decode them in one kernel call; the sum must stay
+        bitwise that of this loop."""
+        for payload in payloads:
+            self.decode_add(payload, out, shape)
 
     def finish(self, total: torch.Tensor) -> None:
         """Turns ``total`` (flat fp32: the decoded payloads of every rank, summed, or averaged
@@ -172,15 +182,21 @@ class Compressor:
             self._dense_bytes += 4 * numel
             self._sent_bytes += sent
 
+    def _time(self, phase: str, seconds: float) -> None:
+        with self._lock:
+            self._seconds[phase] = self._seconds.get(phase, 0.0) + seconds
+
     def stats(self) -> dict[str, Any]:
         """Cumulative counts for this rank: ``steps`` (communication rounds of the most often
         sent tensor), ``dense_bytes`` (what dense fp32 would have sent), ``sent_bytes`` (bytes
-        handed to Horovod, payload headers included), and ``per_tensor``: those two byte counts
-        for each compressed parameter, by name."""
+        handed to Horovod, payload headers included), ``per_tensor``: those two byte counts
+        for each compressed parameter, by name, and ``seconds``: wall-clock seconds of the
+        compressed path by phase (communication/base.py, ``timed``)."""
         with self._lock:
             return {"steps": max(self._steps.values(), default=0),
                     "dense_bytes": self._dense_bytes, "sent_bytes": self._sent_bytes,
-                    "per_tensor": {k: dict(v) for k, v in self._per_tensor.items()}}
+                    "per_tensor": {k: dict(v) for k, v in self._per_tensor.items()},
+                    "seconds": dict(self._seconds)}
 
     def __repr__(self) -> str:
         return f"hvd_compress.from_spec({self.spec()!r})"

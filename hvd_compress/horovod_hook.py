@@ -27,7 +27,7 @@ from horovod.torch import mpi_ops
 from horovod.torch import optimizer as hvd_optimizer
 
 from .agreement import Agreement, optimizer_id
-from .communication import allgather, dense, lowrank, route, twophase
+from .communication import allgather, dense, fusion, lowrank, route, twophase
 from .communication.base import Exchange
 from .compressor import Compressor
 
@@ -72,8 +72,10 @@ class _State:
         self.world: int | None = None
 
     def agree(self, optimizer) -> Agreement:
-        """This world's agreement check, started."""
+        """This world's agreement check, started (and its two-phase buckets planned)."""
         if self.world != _world:
+            if isinstance(optimizer._compression, Compressor):
+                self.exchange.buckets = fusion.Buckets(_plan(optimizer), self.exchange)
             description = {"compression": _describe(optimizer._compression),
                            "parameters": sorted((optimizer._parameter_names.get(p), tuple(p.shape),
                                                  str(p.dtype)) for p in optimizer._requires_update)}
@@ -82,6 +84,16 @@ class _State:
             self.world = _world
             self.agreement.start()
         return self.agreement
+
+
+def _plan(optimizer) -> list[list[str]]:
+    """The optimizer's two-phase buckets (fusion.py), from its parameters in registration order,
+    each standing in for its gradient (same shape and dtype) to pick its route."""
+    compressor, ranks = optimizer._compression, optimizer.process_set.size()
+    parameters = [(optimizer._parameter_names.get(p), p) for group in optimizer.param_groups
+                  for p in group["params"] if p in optimizer._requires_update]
+    return fusion.plan(parameters, lambda p: compressor.compressible(p)
+                       and route.choose(compressor, p, ranks) == "twophase")
 
 
 def _describe(compression) -> str:

@@ -45,7 +45,7 @@ def adacomp(acc: np.ndarray, grad: np.ndarray, bin_size: int) -> tuple[np.float3
     G = acc
     H = G + grad
     bins = np.arange(G.size) // bin_size
-    g_max = np.array([np.abs(G[bins == b]).max() for b in range(bins.max() + 1)], np.float32)
+    g_max = np.maximum.reduceat(np.abs(G), np.arange(0, G.size, bin_size))  # max of each bin
     scale = np.float32(g_max.astype(np.float64).mean())
     sent = (np.abs(H) >= g_max[bins]) & (g_max[bins] > 0)
     index = np.flatnonzero(sent)
@@ -151,3 +151,89 @@ def momentum(acc: np.ndarray, grad: np.ndarray, u: np.ndarray, decay: float,
     """(new acc, new u): u' = decay u + gain grad, acc' = (acc - grad) + u', in float32."""
     u_new = np.float32(decay) * u + np.float32(gain) * grad
     return (acc - grad) + u_new, u_new
+
+
+# --- byte-code quantization: QSGD, TernGrad, u8bit, natural (kernels/quantize*.py) ----------
+
+_F32_MAX = np.float64(np.finfo(np.float32).max)
+
+
+def uniform(seed: int, n: int) -> np.ndarray:
+    """counter_rng.uniform(seed, i) for i < n: splitmix64's i-th output, top 24 bits."""
+    z = np.uint64(seed) + (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(_GOLDEN)
+    return (_mix_array(z) >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def _buckets(acc: np.ndarray, bucket: int) -> np.ndarray:
+    """acc as rows of ``bucket`` entries, the last padded with zeros."""
+    rows = -(-acc.size // bucket)
+    padded = np.zeros(rows * bucket, acc.dtype)
+    padded[:acc.size] = acc
+    return padded.reshape(rows, bucket)
+
+
+def l2_norms(acc: np.ndarray, bucket: int) -> np.ndarray:
+    """Per bucket: sqrt of the float64 sum of squares added in index order (cumsum, unlike
+    np.sum, adds in order), saturated at float32's max unless infinite, as float32."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        norm = np.sqrt(np.cumsum(_buckets(acc.astype(np.float64) ** 2, bucket), axis=1)[:, -1])
+    return np.where((norm > _F32_MAX) & (norm < np.inf), _F32_MAX, norm).astype(np.float32)
+
+
+def max_abs(acc: np.ndarray, bucket: int) -> np.ndarray:
+    return np.abs(_buckets(acc, bucket)).max(axis=1)  # NaN wins
+
+
+def dettmers_magnitudes() -> np.ndarray:
+    """Magnitude of each 7-bit code of Dettmers' dynamic tree, by its bits: E leading zeros
+    give 10**-E, then the indicator bit, then 6 - E bits f of linear fraction; value
+    10**-E (0.1 + 0.9 (f + 1) / 2**(6 - E)) (the upper end of the step), float32."""
+    out = [0.0]
+    for code in range(1, 128):
+        zeros = 7 - code.bit_length()
+        fraction_bits = 6 - zeros
+        f = code & ((1 << fraction_bits) - 1)
+        out.append(10.0 ** -zeros * (0.1 + 0.9 * (f + 1) / 2 ** fraction_bits))
+    return np.float32(out).astype(np.float64)
+
+
+def quantize(acc: np.ndarray, scales: np.ndarray, bucket: int, mode: str, bits: int, seed: int,
+             levels: int = 1, clip: float = np.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(packed codes, decoded values, new residual) of acc under the byte-code scheme
+    ``mode`` = "linear" | "nearest" | "natural" (see hvd_compress/kernels/quantize.py), given
+    the per-bucket scales."""
+    n = acc.size
+    s = scales[np.arange(n) // bucket].astype(np.float64)
+    usable = (s > 0) & (s < np.inf)
+    a = np.abs(acc)
+    u = uniform(seed, n)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv = np.where(usable, (levels if mode == "linear" else 1) / np.where(usable, s, 1), 0.0)
+        if mode == "linear":
+            a = np.where(a > np.float32(clip), np.float32(clip), a)
+            q = a.astype(np.float64) * inv
+            floor = np.floor(np.where(q > 0, q, 0))
+            level = np.where(q >= levels, levels, floor + (u < q - floor))
+            code = np.where(q > 0, level, 0)
+            magnitude = np.arange(levels + 1) / np.float64(levels)
+        elif mode == "nearest":
+            magnitude = dettmers_magnitudes()
+            q = a.astype(np.float64) * inv
+            code = np.where(q > 0, np.searchsorted((magnitude[:-1] + magnitude[1:]) / 2, q), 0)
+        else:
+            mantissa, exponent = np.frexp(a)
+            e = exponent.astype(np.int64) - 1
+            emax = np.frexp(np.where(usable, s, 1))[1].astype(np.int64) - 1
+            lowest = emax - 125
+            r = np.minimum(e + (u < 2 * mantissa - 1), 127)
+            flush = np.where(u < np.ldexp(a.astype(np.float64), -lowest), 127, 0)
+            code = np.where((a > 0) & usable, np.where(e >= lowest, emax + 2 - r, flush), 0)
+            magnitude = np.concatenate([[0.0], 2.0 ** (2 - np.arange(1, 128))])
+    code = code.astype(np.int64)
+    signed = np.where(acc < 0, -code, code)
+    with np.errstate(invalid="ignore", over="ignore"):
+        values = (np.sign(signed) * magnitude[np.abs(signed)] * s).astype(np.float32)
+        residual = acc - values
+    fields = _buckets(signed & ((1 << bits) - 1), 8 // bits)
+    packed = (fields << (bits * np.arange(8 // bits))).sum(axis=1).astype(np.uint8)
+    return packed, values, residual

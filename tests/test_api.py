@@ -15,6 +15,9 @@ SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit", "onebit
 SPECS += ["randomk:ratio=0.01", "randomk:ratio=0.3,seed=5", "threshold:threshold=1.0", "efsignsgd",
           "signsgd:error_feedback=true", "dgc:momentum=0,ratio=0.01", "dgc:momentum=0,ratio=0.01,warmup_steps=4",
           "dgc:momentum=0,dense_below=10000"]
+# the byte-code quantizers; the unbiased ones are checked with error feedback turned on
+SPECS += ["qsgd:error_feedback=true", "qsgd:levels=3,bucket_size=7,error_feedback=true",
+          "terngrad:clip=2.5,error_feedback=true", "u8bit", "natural:error_feedback=true"]
 
 
 def test_from_spec_builds_configured_compressors():
@@ -27,7 +30,7 @@ def test_from_spec_builds_configured_compressors():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("nope", "known: adacomp, .*fp16, none, onebit, .*topk"),
+    ("nope", "known: adacomp, .*fp16, natural, none, onebit, .*topk, u8bit"),
     ("onebit:scaling=l2", "scaling must be one of"),
     ("adacomp:bin_size=0", "bin_size must be an int >= 1"),
     ("topk:ratio", "expected KEY=VALUE"),
@@ -51,7 +54,8 @@ def test_horovod_interface_is_a_noop_that_counts_dense_bytes():
     t = torch.randn(10, dtype=torch.float16)
     out, ctx = c.compress(t)
     assert out is t and c.decompress(out, ctx) is t
-    assert c.stats() == {"steps": 0, "dense_bytes": 40, "sent_bytes": 20, "per_tensor": {}}
+    assert c.stats() == {"steps": 0, "dense_bytes": 40, "sent_bytes": 20, "per_tensor": {},
+                         "seconds": {}}
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -31,7 +31,8 @@ def test_ddp_peer_with_powersgd_under_torchrun():
     out = _run([os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "bench/ddp_worker.py",
                 *SMALL, "--num-warmup-batches", "2", "--hook", "powersgd:1", "--json"])
     # both ranks share torchrun's stdout, so their lines may land on one line
-    reports = [json.loads(found) for found in re.findall(r"\{[^{}]*\}", out)]
+    decoder = json.JSONDecoder()
+    reports = [decoder.raw_decode(out, m.start())[0] for m in re.finditer(r'\{"rank"', out)]
     assert sorted(r["rank"] for r in reports) == [0, 1]
     assert all(r["size"] == 2 and r["samples_per_s"] > 0 for r in reports)
 

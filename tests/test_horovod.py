@@ -12,8 +12,9 @@ from harness import run_workers
 SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact,communication=twophase",
          "onebit:communication=twophase", "adacomp:communication=twophase",
          "onebit:scaling=l1,granularity=column", "adacomp", "powersgd:rank=2",
-         "powersgd:rank=1,start_step=2", "randomk:ratio=0.05", "threshold:threshold=1.0", "signsgd",
-         "efsignsgd", "dgc:ratio=0.05"]
+         "powersgd:rank=1,start_step=2", "randomk:ratio=0.05", "threshold:threshold=1.0", "signsgd", "signum",
+         "efsignsgd", "dgc:ratio=0.05", "qsgd", "terngrad:clip=2.5,communication=twophase", "u8bit",
+         "natural:communication=twophase"]
 SHAPES = {"w": (64, 100), "v": (30, 70), "b": (16,)}  # b is small: Horovod's dense path
 
 
@@ -35,6 +36,8 @@ def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> lis
     from hvd_compress.communication import route
 
     compressors = [hc.from_spec(spec) for _ in grads_per_rank]
+    for rank, c in enumerate(compressors):
+        c.noise_rank = rank  # the stochastic methods draw per-rank noise (methods/quantized.py)
     ranks = len(grads_per_rank)
     results = []
     for step in range(len(grads_per_rank[0])):
@@ -273,16 +276,18 @@ def test_stats_count_what_was_sent():
         # LeNet-5: conv2, fc1 and fc2 weights are compressed; the rest is small and goes dense
         # (DGC keeps momentum for every parameter and signSGD votes on every one, so they take
         # the small ones too: methods/dgc.py, methods/signsgd.py)
-        if not spec.startswith(("dgc", "signsgd")):
+        if not spec.startswith(("dgc", "signsgd", "signum")):
             assert sorted(stats["per_tensor"]) == ["conv2.weight", "fc1.weight", "fc2.weight"]
         assert 0 < stats["sent_bytes"] < stats["dense_bytes"]
         # two-phase sends about two payloads, and AdaComp's re-selection of a region's sum
         # keeps more entries than a rank's own selection
         # (PowerSGD's dense start steps send dense bytes)
         twice = 2 if "twophase" in spec or "start_step" in spec else 1
+        # a byte an entry (qsgd, u8bit, natural) plus scales and the frame's header: just over 1/4
+        ratio = 3.9 if spec.startswith(("qsgd", "u8bit", "natural")) else 4
         for name in ("conv2.weight", "fc1.weight", "fc2.weight"):
             layer = stats["per_tensor"][name]
-            assert 0 < layer["sent_bytes"] < twice * layer["dense_bytes"] / 4, (spec, name)
+            assert 0 < layer["sent_bytes"] < twice * layer["dense_bytes"] / ratio, (spec, name)
 
 
 def test_options_the_compressed_path_cannot_honour_are_refused():

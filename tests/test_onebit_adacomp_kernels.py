@@ -6,6 +6,11 @@ from hvd_compress.kernels import adacomp_cpu, onebit_cpu
 from hvd_compress.kernels.threads import PARALLEL_MIN
 
 import references
+from kernel_builds import build  # noqa: F401  (fixture)
+
+# Bin sizes that divide 64, are multiples of it, or neither (mask words shared by bins, groups
+# of up to 64 bins), and 1.
+ADACOMP_BINS = [1, 7, 50, 64, 96, 500, 4999]
 
 
 @pytest.mark.parametrize("scaling", ["means", "l1"])
@@ -33,19 +38,45 @@ def test_onebit_parallel_build_matches_reference():
     np.testing.assert_allclose([low[0], high[0]], [low_ref[0], high_ref[0]], rtol=1e-6)
 
 
-@pytest.mark.parametrize("bin_size", [1, 50, 500])
-def test_adacomp_matches_reference(vector, bin_size):
-    grad = np.random.default_rng(vector.size).standard_normal(vector.size).astype(np.float32)
-    grad = grad / np.abs(grad).max() * np.float32(np.abs(vector).max() or 1.0)  # comparable sizes
-    scale_ref, codes_ref, residual_ref = references.adacomp(vector, grad, bin_size)
-    acc = vector.copy()
+def check_adacomp(acc: np.ndarray, grad: np.ndarray, bin_size: int) -> np.ndarray:
+    """select() against the reference, bit for bit; returns the codes."""
+    scale_ref, codes_ref, residual_ref = references.adacomp(acc, grad, bin_size)
+    acc = acc.copy()
     scale, codes = adacomp_cpu.select(acc, grad, bin_size)
     np.testing.assert_array_equal(codes, codes_ref)
-    assert np.float32(scale) == pytest.approx(scale_ref, rel=1e-6)
-    np.testing.assert_allclose(acc, residual_ref, rtol=1e-6, atol=1e-30)
+    assert np.float32(scale).tobytes() == np.float32(scale_ref).tobytes()
+    np.testing.assert_array_equal(acc.view(np.uint32), residual_ref.view(np.uint32))
+    return codes
+
+
+@pytest.mark.parametrize("bin_size", ADACOMP_BINS)
+def test_adacomp_matches_reference(vector, bin_size, build):
+    grad = np.random.default_rng(vector.size).standard_normal(vector.size).astype(np.float32)
+    grad = grad / np.abs(grad).max() * np.float32(np.abs(vector).max() or 1.0)  # comparable sizes
+    codes = check_adacomp(vector, grad, bin_size)
+    scale, _, _ = references.adacomp(vector, grad, bin_size)
     out = np.zeros_like(vector)
     adacomp_cpu.decode_add(np.float32([scale]), codes, out)
     np.testing.assert_array_equal(out, references.adacomp_decode(np.float32(scale), codes, vector.size))
+
+
+@pytest.mark.parametrize("bin_size", ADACOMP_BINS)
+@pytest.mark.parametrize("sent", ["edges", "all"])
+def test_adacomp_mask_words_at_bin_and_group_edges(bin_size, sent, build):
+    """Only each bin's first and last element sent, or every element: the bits at the ends of
+    bins, of mask words and of groups, and a partial last group and bin."""
+    n = 3 * 64 * bin_size + 5
+    acc = np.full(n, 0.1, np.float32)
+    acc[::bin_size] = 1.0
+    acc[bin_size - 1::bin_size] = -1.0
+    acc[-1] = -1.0
+    grad = acc.copy() * 9 if sent == "all" else np.zeros(n, np.float32)  # |H| = 10 |G|
+    codes = check_adacomp(acc, grad, bin_size)
+    index = np.where(codes >= 0, codes, ~codes)
+    if sent == "all":
+        np.testing.assert_array_equal(index, np.arange(n))
+    else:
+        assert set(index) >= set(range(0, n, bin_size)) | set(range(bin_size - 1, n, bin_size))
 
 
 def test_adacomp_sends_more_where_the_gradient_is_active():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import hvd_compress as hc
-from hvd_compress.communication import cost, route
+from hvd_compress.communication import cost, fusion, route
 
 
 def test_ring_allreduce_sends_twice_its_share():
@@ -46,8 +46,24 @@ def test_auto_takes_twophase_for_large_tensors_on_many_ranks():
         assert _route(spec, (4096, 4096), 8) == "twophase"
 
 
-def test_auto_keeps_small_tensors_on_the_fused_allgather():
-    assert _route("topk:ratio=0.01", (64, 100), 8) == "allgather"
+def test_small_tensors_pay_a_small_share_of_their_buckets_alltoall():
+    # 6,400 elements pay 0.1% of a 25 MB bucket's alltoall: two-phase's fewer bytes win
+    assert _route("topk:ratio=0.01", (64, 100), 8) == "twophase"
+    # at p=3 two-phase saves a third of a payload: on a 1 Gbit/s link that outweighs the share
+    # of the alltoall, on a 10 Gbit/s link it does not
+    assert _route("topk:ratio=0.01", (3 * 2 ** 20,), 3) == "twophase"
+    assert _route("topk:ratio=0.01,link_gbit=10", (3 * 2 ** 20,), 3) == "allgather"
+    # a tensor that cannot give every rank a chunk stays on the allgather
+    assert _route("topk:ratio=0.01", (50,), 8) == "allgather"
+
+
+def test_buckets_follow_the_backward_pass_up_to_their_cap():
+    parameters = [(name, torch.zeros(numel)) for name, numel in
+                  [("a", 10), ("b", 300), ("small", 2), ("c", 300), ("d", 700), ("e", 100)]]
+    buckets = fusion.plan(parameters, lambda p: p.numel() > 2, cap=4 * 600)
+    # reverse registration order, at most 600 elements (2,400 bytes) each, a parameter larger
+    # than the cap alone, the parameters two-phase does not send left out
+    assert buckets == [["e"], ["d"], ["c", "b"], ["a"]]
 
 
 def test_auto_goes_dense_where_compressing_saves_nothing():

@@ -8,7 +8,7 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, contribution, decode_sum, encoded
+from .base import Exchange, Wait, contribution, decode_sum, encoded, timed
 
 
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
@@ -16,15 +16,21 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
     """Compresses ``grad`` (nothing when ``absent``: see base.py) and starts its allgather; the
     returned handle yields the aggregate (sum, or mean when the exchange averages) in ``grad``'s
     shape and dtype."""
-    acc, finite = contribution(compressor, name, grad, absent)
-    tag = framing.tag_of(compressor.spec(), tuple(grad.shape))
-    payload = framing.frame(encoded(compressor, acc, grad.reshape(-1), grad.shape, finite), tag, finite)
+    with timed(compressor, "compress"):
+        acc, finite = contribution(compressor, name, grad, absent)
+        tag = framing.tag_of(compressor.spec(), tuple(grad.shape))
+        payload = framing.frame(encoded(compressor, acc, grad.reshape(-1), grad.shape, finite), tag, finite)
     compressor._count(name, grad.numel(), payload.numel())
     process_set = exchange.process_set
     handle = hvd.allgather_async(payload, name=exchange.name(name), process_set=process_set)
 
     def finish() -> torch.Tensor:
-        gathered = hvd.synchronize(handle)
+        with timed(compressor, "wait"):
+            gathered = hvd.synchronize(handle)
+        with timed(compressor, "decode"):
+            return _aggregate(gathered)
+
+    def _aggregate(gathered: torch.Tensor) -> torch.Tensor:
         ranks = process_set.size()
         bodies, all_finite = framing.unframe(gathered, tag, ranks, repr(name))
         if not all_finite:

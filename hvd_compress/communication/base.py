@@ -15,6 +15,8 @@ A rank's contribution for one tensor and step is one of three things:
   tensor is then NaN for this step.
 """
 import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
@@ -23,6 +25,7 @@ import torch
 from horovod.common.exceptions import HorovodInternalError
 
 from ..compressor import Compressor
+from .fusion import Buckets
 
 
 @dataclass
@@ -34,13 +37,19 @@ class Exchange:
     optimizers with the same names), so two optimizers whose models share parameter names
     ("0.weight" in two nn.Sequential) never submit collectives of the same name. ``pending`` holds this optimizer's
     reductions in two rounds whose second round has not started (``in_two_rounds``); it is per
-    optimizer, so one optimizer's synchronize() never waits on another's collectives."""
+    optimizer, so one optimizer's synchronize() never waits on another's collectives.
+    ``buckets`` fuses its two-phase alltoalls (fusion.py); the hook plans them per world."""
 
     prefix: str
     process_set: hvd.ProcessSet
     average: bool
     pending: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    buckets: Buckets | None = None
+
+    def __post_init__(self) -> None:
+        if self.buckets is None:
+            self.buckets = Buckets([], self)
 
     def name(self, parameter: str, phase: str = "") -> str:
         return f"{self.prefix}.{parameter}{phase}"
@@ -98,6 +107,23 @@ def in_two_rounds(reduction: TwoRounds, exchange: Exchange, what: str) -> Wait:
     return Wait(finish, what)
 
 
+#: the phases ``timed`` measures: gradient + residual, the finite check, encoding and framing
+#: (PowerSGD: the factors' products and orthogonalization); blocked on a collective; unframing,
+#: decoding and the aggregate (two-phase: also its region's sum, re-compressed)
+PHASES = ("compress", "wait", "decode")
+
+
+@contextmanager
+def timed(compressor: Compressor, phase: str):
+    """Adds the wall-clock seconds of the block to ``compressor``'s ``phase`` (its stats()):
+    a breakdown of the compressed path (bench/breakdown.py) for about a microsecond a block."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        compressor._time(phase, time.perf_counter() - start)
+
+
 def contribution(compressor: Compressor, name: str, grad: torch.Tensor,
                  absent: bool) -> tuple[torch.Tensor | None, bool]:
     """(gradient + residual, whether the gradient is finite) for a present gradient; (None,
@@ -122,10 +148,8 @@ def encoded(compressor: Compressor, acc: torch.Tensor | None, grad: torch.Tensor
 
 def decode_sum(compressor: Compressor, bodies: Iterable[torch.Tensor], out: torch.Tensor,
                shape: torch.Size) -> int:
-    """Adds every non-empty body to ``out``; returns how many there were."""
-    count = 0
-    for body in bodies:
-        if body.numel():
-            compressor.decode_add(body, out, shape)
-            count += 1
-    return count
+    """Adds every non-empty body to ``out``, in order; returns how many there were."""
+    present = [body for body in bodies if body.numel()]
+    if present:
+        compressor.decode_add_all(present, out, shape)
+    return len(present)

@@ -18,9 +18,10 @@ bytes in all four. Time on a link of bandwidth B and per-round latency a is
 ``collectives * c + rounds * a + bytes / B``: every collective pays Horovod's negotiation c,
 every round a message latency a, and the workers' links run in parallel. Horovod fuses
 allreduces and allgathers of one cycle into one collective, so their c and rounds are paid
-once per step, not per tensor; alltoalls are not fused (Horovod 0.28.1), so two-phase pays its
-alltoall per tensor. Each framed payload carries an 8-byte header and
-is padded to 8 bytes (framing.py).
+once per step, not per tensor. Alltoalls Horovod does not fuse; fusion.py puts a step's
+two-phase alltoalls into buckets of up to 25 MB of dense gradient, so a tensor pays the share
+of its bucket's alltoall that its dense size is of a bucket (all of it from 25 MB up). Each
+framed payload carries an 8-byte header and is padded to 8 bytes (framing.py).
 
 c and a are measured on the simulated cluster by bench/cost_model.py (a least-squares fit of
 small gloo allreduce, allgather and alltoall times at np=2 and 4); the bandwidth is the link's
@@ -45,8 +46,8 @@ class Cost:
     each kind of collective Horovod fuses, paid once however many tensors share it."""
 
     bytes: float
-    collectives: int = 0
-    rounds: int = 0
+    collectives: float = 0
+    rounds: float = 0
     fused: tuple[tuple[str, int], ...] = ()
 
     def __add__(self, other: "Cost") -> "Cost":
@@ -92,10 +93,12 @@ def allgather(payload: float, p: int) -> Cost:
     return Cost((p - 1) * framed(payload), fused=(("allgather", p - 1),))
 
 
-def twophase(payload: float, region_payload: float, p: int) -> Cost:
-    """An alltoall (unfused) that sends p-1 of a rank's p framed chunk payloads (``payload``
-    bytes in all), then an allgather of the rank's re-compressed region (``region_payload``)."""
-    alltoall = Cost((p - 1) / p * (payload + p * framed(0)), collectives=1, rounds=p - 1)
+def twophase(payload: float, region_payload: float, p: int, share: float = 1.0) -> Cost:
+    """An alltoall that sends p-1 of a rank's p framed chunk payloads (``payload`` bytes in
+    all), then an allgather of the rank's re-compressed region (``region_payload``). The
+    alltoall's negotiation and rounds are charged at ``share``: the part of its bucket's alltoall
+    this tensor pays (fusion.py)."""
+    alltoall = Cost((p - 1) / p * (payload + p * framed(0)), collectives=share, rounds=share * (p - 1))
     return alltoall + allgather(region_payload, p)
 
 

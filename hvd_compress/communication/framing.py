@@ -35,29 +35,39 @@ def frame(body: torch.Tensor, tag: int, finite: bool = True) -> torch.Tensor:
     return out
 
 
-def unframe(gathered: torch.Tensor, tag: int, parts: int, what: str) -> tuple[list[torch.Tensor], bool]:
-    """Splits an allgather result back into the ``parts`` bodies it holds, in rank order, and
-    says whether every part came from a finite gradient."""
-    headers = gathered if gathered.device.type == "cpu" else None
-    bodies = []
-    finite = True
-    offset = 0
-    for rank in range(parts):
-        if headers is None:  # one small device-to-host copy per header, not of the payload
-            header = gathered[offset:offset + HEADER_BYTES].cpu()
+def headers(buffer: torch.Tensor, count: int, what: str) -> list[tuple[int, int, int]]:
+    """(body offset, body length, tag word) of the ``count`` frames ``buffer`` holds back to back."""
+    host = buffer if buffer.device.type == "cpu" else None
+    found, offset = [], 0
+    for _ in range(count):
+        if host is None:  # one small device-to-host copy per header, not of the payload
+            header = buffer[offset:offset + HEADER_BYTES].cpu()
         else:
-            header = headers[offset:offset + HEADER_BYTES]
-        length, their_tag = (int(v) for v in header.view(torch.int32))
-        finite &= their_tag >= 0
-        if their_tag & 0x7FFFFFFF != tag:
+            header = host[offset:offset + HEADER_BYTES]
+        length, word = (int(v) for v in header.view(torch.int32))
+        found.append((offset + HEADER_BYTES, length, word))
+        offset += HEADER_BYTES + _padded(length)
+    if offset != buffer.numel():
+        raise RuntimeError(f"hvd_compress: malformed payload for {what}: "
+                           f"{buffer.numel() - offset} trailing bytes")
+    return found
+
+
+def bodies(buffer: torch.Tensor, found: list[tuple[int, int, int]], tag: int,
+           what: str) -> tuple[list[torch.Tensor], bool]:
+    """The bodies of the frames ``found`` (one per rank, in rank order) and whether every one
+    came from a finite gradient; a tag other than ``tag`` is reported, not decoded."""
+    for rank, (_, _, word) in enumerate(found):
+        if word & 0x7FFFFFFF != tag:
             raise RuntimeError(
                 f"hvd_compress: rank {rank} sent a payload for {what} with a different compressor "
                 "configuration or tensor size than this rank; every rank must use the same "
                 "compressor, options and model")
-        start = offset + HEADER_BYTES
-        bodies.append(gathered[start:start + length])
-        offset = start + _padded(length)
-    if offset != gathered.numel():
-        raise RuntimeError(f"hvd_compress: malformed payload for {what}: "
-                           f"{gathered.numel() - offset} trailing bytes")
-    return bodies, finite
+    return ([buffer[start:start + length] for start, length, _ in found],
+            all(word >= 0 for _, _, word in found))
+
+
+def unframe(gathered: torch.Tensor, tag: int, parts: int, what: str) -> tuple[list[torch.Tensor], bool]:
+    """Splits an allgather result back into the ``parts`` bodies it holds, in rank order, and
+    says whether every part came from a finite gradient."""
+    return bodies(gathered, headers(gathered, parts, what), tag, what)

@@ -16,7 +16,7 @@ import torch
 
 from ..methods.powersgd import PowerSGD
 from . import dense
-from .base import Exchange, Wait, contribution, in_two_rounds
+from .base import Exchange, Wait, contribution, in_two_rounds, timed
 
 
 class _Reduction:
@@ -26,35 +26,40 @@ class _Reduction:
                  absent: bool) -> None:
         self.compressor, self.grad, self.name, self.exchange = compressor, grad, name, exchange
         self.rows, self.cols = compressor.matrix(grad.shape)
-        acc, self.finite = contribution(compressor, name, grad, absent)
-        # An absent gradient contributes zero factors; its residual (acc is None) stays as is.
-        self.m = (acc if acc is not None else torch.zeros(grad.numel(), device=grad.device)
-                  ).view(self.rows, self.cols)
-        self.q = compressor.q(name, self.cols, grad.device)
-        p = self.m @ self.q
-        if not self.finite:
-            p.fill_(float("nan"))
+        with timed(compressor, "compress"):
+            acc, self.finite = contribution(compressor, name, grad, absent)
+            # An absent gradient contributes zero factors; its residual (acc is None) stays.
+            self.m = (acc if acc is not None else torch.zeros(grad.numel(), device=grad.device)
+                      ).view(self.rows, self.cols)
+            self.q = compressor.q(name, self.cols, grad.device)
+            p = self.m @ self.q
+            if not self.finite:
+                p.fill_(float("nan"))
         self.residual = acc is not None
         self.phase1 = hvd.allreduce_async(p, name=exchange.name(name, ".P"), op=hvd.Sum,
                                           process_set=exchange.process_set)
         self.phase2 = None
 
     def start_phase2(self) -> None:
-        p = hvd.synchronize(self.phase1)
-        self.p_hat = torch.linalg.qr(p).Q if torch.isfinite(p).all() else p
-        q_mine = self.m.t() @ self.p_hat
-        if self.residual and self.finite:
-            self.m.addmm_(self.p_hat, q_mine.t(), alpha=-1)  # residual_i = M_i - P^ Q_i^T
+        with timed(self.compressor, "wait"):
+            p = hvd.synchronize(self.phase1)
+        with timed(self.compressor, "compress"):
+            self.p_hat = torch.linalg.qr(p).Q if torch.isfinite(p).all() else p
+            q_mine = self.m.t() @ self.p_hat
+            if self.residual and self.finite:
+                self.m.addmm_(self.p_hat, q_mine.t(), alpha=-1)  # residual_i = M_i - P^ Q_i^T
         op = hvd.Average if self.exchange.average else hvd.Sum
         self.phase2 = hvd.allreduce_async(q_mine, name=self.exchange.name(self.name, ".Q"), op=op,
                                           process_set=self.exchange.process_set)
 
     def result(self) -> torch.Tensor:
-        q = hvd.synchronize(self.phase2)
+        with timed(self.compressor, "wait"):
+            q = hvd.synchronize(self.phase2)
         self.compressor._count(self.name, self.grad.numel(), 4 * (self.p_hat.numel() + q.numel()))
-        if torch.isfinite(q).all() and q.any():  # a zero Q (no rank had a gradient) would stay zero
-            self.compressor.keep_q(self.name, q)
-        return (self.p_hat @ q.t()).view(self.grad.shape).to(self.grad.dtype)
+        with timed(self.compressor, "decode"):
+            if torch.isfinite(q).all() and q.any():  # a zero Q (no rank had a gradient) would stay zero
+                self.compressor.keep_q(self.name, q)
+            return (self.p_hat @ q.t()).view(self.grad.shape).to(self.grad.dtype)
 
 
 def start(compressor: PowerSGD, grad: torch.Tensor, name: str, exchange: Exchange,

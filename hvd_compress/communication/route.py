@@ -5,21 +5,21 @@ The routes:
 * ``allgather`` (allgather.py): every rank receives every rank's payload. One round of messages
   (fused by Horovod with the step's other allgathers); each worker receives (p-1) payloads.
 * ``twophase`` (twophase.py): alltoall of chunks, reduce and re-compress, allgather of regions.
-  Each worker sends about 2 payloads whatever p is, but pays an unfused alltoall per tensor
-  and a second encode.
+  Each worker sends about 2 payloads whatever p is, but pays a second encode and a share of
+  its bucket's alltoall (fusion.py: Horovod does not fuse alltoalls, we bucket them).
 * ``dense``: Horovod's own allreduce of the uncompressed gradient.
 
 ``auto`` (the default) takes, per tensor, the route that adds the least predicted time to the
 step under the cost model (cost.py: Horovod fuses allgathers and allreduces, so only
-two-phase's alltoall pays its negotiation and latency per tensor), on a link of the
-compressor's ``link_gbit`` (default 1 Gbit/s: the slow networks compression is for; set it to
-your link's rate) with the latency measured on the simulated cluster; on a tie, the earlier of
+two-phase's bucketed alltoall pays negotiation and latency, each tensor its share of its
+bucket's), on a link of the compressor's ``link_gbit`` (default 1 Gbit/s: the slow networks
+compression is for; set it to your link's rate) with the latency measured on the simulated cluster; on a tie, the earlier of
 allgather, twophase, dense. What that gives (tests/test_route.py pins each case):
 
-* at p = 2 allgather and two-phase send the same bytes and two-phase pays an unfused alltoall,
-  so allgather;
+* at p = 2 allgather and two-phase send about the same bytes and two-phase pays its share of
+  an alltoall, so allgather;
 * from p = 3 on, two-phase for every tensor whose saved bytes, about (p-2) payloads, outweigh
-  the alltoall's cost; allgather below;
+  its share of its bucket's alltoall; allgather below;
 * dense where compressing saves nothing: a payload as large as the dense gradient (TopK at a
   ratio near 1/2 or above), or allgather-only sizes at very large p.
 
@@ -31,6 +31,7 @@ import torch
 
 from ..compressor import Compressor
 from . import cost
+from .fusion import BUCKET_BYTES
 from .twophase import fits
 
 ROUTES = ("allgather", "twophase", "dense")
@@ -45,7 +46,8 @@ def costs(compressor: Compressor, shape: torch.Size, itemsize: int, ranks: int) 
                  "dense": cost.dense(n * itemsize, ranks)}
     if fits(n, ranks):
         region = compressor.expected_bytes(-(-n // ranks), shape)
-        predicted["twophase"] = cost.twophase(payload, region, ranks)
+        share = min(1.0, n * itemsize / BUCKET_BYTES)
+        predicted["twophase"] = cost.twophase(payload, region, ranks, share)
     return predicted
 
 

@@ -7,7 +7,8 @@ elements on p ranks:
 
 1. each rank compresses gradient + worker residual chunk by chunk (p chunks of about n/p
    elements, each encoded on its own: OneBit gets a scale pair per chunk, TopK keeps the
-   ratio of each chunk, AdaComp bins each chunk) and an alltoall sends chunk j to rank j;
+   ratio of each chunk, AdaComp bins each chunk) and an alltoall sends chunk j to rank j
+   (one alltoall per bucket of tensors: fusion.py);
 2. rank j decodes the p copies of its chunk, sums (or averages) them, adds its server residual
    for that chunk (n/p elements, kept per parameter), compresses the result again with the
    same method and keeps what that loses as the new server residual;
@@ -28,7 +29,7 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, contribution, decode_sum, encoded, in_two_rounds
+from .base import Exchange, Wait, contribution, decode_sum, encoded, in_two_rounds, timed
 
 
 def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
@@ -51,24 +52,32 @@ class _Reduction:
         self.compressor, self.grad, self.name, self.exchange = compressor, grad, name, exchange
         self.ranks = exchange.process_set.size()
         self.bounds = chunk_bounds(grad.numel(), self.ranks)
-        acc, finite = contribution(compressor, name, grad, absent)
-        self.tag = framing.tag_of(compressor.spec(), tuple(grad.shape), "twophase")
-        flat = grad.reshape(-1)
-        frames = [framing.frame(encoded(compressor, None if acc is None else acc[lo:hi],
-                                        flat[lo:hi], grad.shape, finite), self.tag, finite)
-                  for lo, hi in self.bounds]
+        with timed(compressor, "compress"):
+            acc, finite = contribution(compressor, name, grad, absent)
+            self.tag = framing.tag_of(compressor.spec(), tuple(grad.shape), "twophase")
+            flat = grad.reshape(-1)
+            frames = [framing.frame(encoded(compressor, None if acc is None else acc[lo:hi],
+                                            flat[lo:hi], grad.shape, finite), self.tag, finite)
+                      for lo, hi in self.bounds]
         self.sent = sum(f.numel() for f in frames)
-        self.phase1 = hvd.alltoall_async(
-            torch.cat(frames), splits=torch.tensor([f.numel() for f in frames], dtype=torch.int32),
-            name=exchange.name(name, ".scatter"), process_set=exchange.process_set)
+        self.phase1 = exchange.buckets.scatter(name, frames, self.tag)
         self.phase2 = None
 
     def start_phase2(self) -> None:
         """Waits for this rank's chunk, reduces and re-compresses it, starts the allgather."""
-        received, _ = hvd.synchronize(self.phase1)
+        with timed(self.compressor, "wait"):
+            bodies, finite = self.phase1.received()
+        with timed(self.compressor, "decode"):
+            reduced = self._reduce(bodies, finite)
+        self.sent += reduced.numel()
+        self.phase2 = hvd.allgather_async(reduced, name=self.exchange.name(self.name, ".gather"),
+                                          process_set=self.exchange.process_set)
+
+    def _reduce(self, bodies: list[torch.Tensor], finite: bool) -> torch.Tensor:
+        """This rank's region: the sum of the ranks' chunks, plus the server residual,
+        re-compressed and framed (empty when non-finite or absent everywhere)."""
         lo, hi = self.bounds[self.exchange.process_set.rank()]
         mine = torch.zeros(hi - lo, dtype=torch.float32, device=self.grad.device)
-        bodies, finite = framing.unframe(received, self.tag, self.ranks, repr(self.name))
         present = decode_sum(self.compressor, bodies, mine, self.grad.shape) if finite else 0
         if self.exchange.average:
             mine.div_(self.ranks)
@@ -79,14 +88,16 @@ class _Reduction:
         if finite and present:
             server = self.compressor.memory.compensate(f"{self.name}#server", mine)
             body = self.compressor.encode(server, mine, self.grad.shape)
-        reduced = framing.frame(body, self.tag, finite)
-        self.sent += reduced.numel()
-        self.phase2 = hvd.allgather_async(reduced, name=self.exchange.name(self.name, ".gather"),
-                                          process_set=self.exchange.process_set)
+        return framing.frame(body, self.tag, finite)
 
     def result(self) -> torch.Tensor:
-        gathered = hvd.synchronize(self.phase2)
+        with timed(self.compressor, "wait"):
+            gathered = hvd.synchronize(self.phase2)
         self.compressor._count(self.name, self.grad.numel(), self.sent)
+        with timed(self.compressor, "decode"):
+            return self._aggregate(gathered)
+
+    def _aggregate(self, gathered: torch.Tensor) -> torch.Tensor:
         bodies, finite = framing.unframe(gathered, self.tag, self.ranks, repr(self.name))
         if not finite:
             return torch.full_like(self.grad, float("nan"))

@@ -2,6 +2,7 @@
 import functools
 import importlib
 
+import numpy as np
 import torch
 
 
@@ -37,6 +38,23 @@ def stream(like: torch.Tensor):
 def join(parts: list[torch.Tensor]) -> torch.Tensor:
     """The bytes of ``parts`` back to back, as one uint8 tensor (the payload body)."""
     return torch.cat([p.reshape(-1).view(torch.uint8) for p in parts])
+
+
+def spans(parts: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(buffer, starts, lengths): one uint8 array holding the bytes of ``parts`` (1-D uint8 CPU
+    tensors), part r at ``buffer[starts[r]:starts[r] + lengths[r]]``, for a kernel that takes
+    them all in one call. Parts that are views of one tensor (the bodies of one collective's
+    result) are read where they lie, without a copy; others are joined."""
+    lengths = np.array([p.numel() for p in parts], np.int64)
+    storage = parts[0].untyped_storage().data_ptr()
+    if all(p.is_contiguous() and p.untyped_storage().data_ptr() == storage for p in parts):
+        offsets = np.array([p.storage_offset() for p in parts], np.int64)
+        first = int(offsets.min())
+        size = int((offsets + lengths).max()) - first
+        return view(parts[0].as_strided((size,), (1,), first)), offsets - first, lengths
+    starts = np.zeros(len(parts), np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return view(join(parts)), starts, lengths
 
 
 class _OnStream:

@@ -68,3 +68,8 @@ class AdaComp(Compressor):
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         arrays.kernels("adacomp", out).decode_add(
             arrays.view(payload[:4].view(torch.float32)), arrays.view(payload[4:].view(torch.int32)), arrays.view(out))
+
+    def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
+        if arrays.on_cuda(out):
+            return super().decode_add_all(payloads, out, shape)
+        arrays.kernels("adacomp", out).decode_add_all(*arrays.spans(payloads), arrays.view(out))

@@ -64,3 +64,10 @@ class OneBit(Compressor):
         arrays.kernels("onebit", out).dequantize_add(
             arrays.view(payload[8 * groups:]), arrays.view(scales[:groups]),
             arrays.view(scales[groups:]), arrays.view(out))
+
+    def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
+        if arrays.on_cuda(out):
+            return super().decode_add_all(payloads, out, shape)
+        buffer, starts, _ = arrays.spans(payloads)
+        arrays.kernels("onebit", out).dequantize_add_all(
+            buffer, starts, self.groups(out.numel(), shape), arrays.view(out))

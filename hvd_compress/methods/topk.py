@@ -58,3 +58,8 @@ class TopK(Compressor):
         values = arrays.view(payload[:4 * count].view(torch.float32))
         indices = arrays.view(payload[4 * count:].view(torch.int32))
         arrays.kernels("topk", out).scatter_add(values, indices, arrays.view(out))
+
+    def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
+        if arrays.on_cuda(out):
+            return super().decode_add_all(payloads, out, shape)
+        arrays.kernels("topk", out).scatter_add_all(*arrays.spans(payloads), arrays.view(out))

@@ -1,0 +1,157 @@
+"""Time to accuracy on the simulated cluster (bench/netsim.py): the MNIST and Penn Treebank
+examples trained to a quality target by each method, uncompressed Horovod, Horovod fp16 and
+torch DDP's PowerSGD hook among them, at each link rate and world size.
+
+    sudo .venv/bin/python bench/time_to_accuracy.py            # the full sweep
+    sudo .venv/bin/python bench/time_to_accuracy.py --quick    # np=2, 100 Mbit/s, 3 methods, short runs
+
+Writes bench/results/time_to_accuracy.json (cached per run: a re-run skips finished runs;
+--fresh starts over) and time_to_accuracy_WORKLOAD.png (quality against training seconds).
+
+Targets, read off each run's curve (training seconds: evaluation excluded, as the examples'
+clocks count): MNIST, the first test point at 98.0% accuracy or better; PTB, the first
+validation point within 5% of the perplexity uncompressed Horovod ends with in the same cell.
+What the runs are, chosen so that the sweep fits this 2-core machine:
+
+* MNIST: LeNet-5, 2 epochs, 4 test points an epoch (examples/pytorch_mnist.py defaults).
+* PTB: the 2.8M-parameter LSTM of examples/pytorch_ptb_lm.py, one epoch over the first half of
+  the training text (465k words), 8 validation points. Both models' compute is one
+  core per worker (at np=4 two workers share a core): the balance of compute and communication
+  is a slow network's, not a GPU cluster's on a fast one.
+
+Every method's kernels are compiled (numba caches them on disk) before the sweep: a first run
+would otherwise charge one method the compile time.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import ResultCache, rate_label, with_option  # noqa: E402
+from netsim import Cluster, exit_unless_available  # noqa: E402
+
+EXAMPLES = os.path.join(HERE, "..", "examples")
+WORKLOADS = {
+    "mnist": {"example": "pytorch_mnist.py", "quality": "test_accuracy", "target": 98.0,
+              "options": ["--epochs", "2", "--evals-per-epoch", "4"],
+              "quick": ["--epochs", "1", "--evals-per-epoch", "4"]},
+    "ptb": {"example": "pytorch_ptb_lm.py", "quality": "valid_perplexity", "within": 0.05,
+            "options": ["--epochs", "1", "--train-fraction", "0.5", "--evals-per-epoch", "8"],
+            "quick": ["--epochs", "1", "--train-fraction", "0.05", "--evals-per-epoch", "2"]},
+}
+METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp", "powersgd:rank=1",
+           "ddp:powersgd:1"]
+PTB_ONLY = ["topk:ratio=0.001"]  # DGC's regime: the 0.1% target is on the language model
+# PTB without error feedback, at the slow link only: the convergence ablation, not a race
+ABLATIONS = [with_option(c, "error_feedback=false") for c in ("topk:ratio=0.01", "onebit", "adacomp")]
+QUICK_METHODS = ["none", "topk:ratio=0.01", "ddp:powersgd:1"]
+RATES = [100, 1000]
+SIZES = [4, 2]
+
+
+def quality_target(cell: dict, cells: list[dict]) -> float | None:
+    """The quality ``cell``'s run must reach: MNIST's fixed accuracy, or PTB's perplexity
+    within 5% of what uncompressed Horovod ends with in the same cell (None: not run yet)."""
+    workload = WORKLOADS[cell["workload"]]
+    if "target" in workload:
+        return workload["target"]
+    dense = next((c for c in cells if _same_cell(c, cell) and c["method"] == "none"), None)
+    return None if dense is None else dense[workload["quality"]][-1][1] * (1 + workload["within"])
+
+
+def seconds_to_target(cell: dict, cells: list[dict]) -> float | None:
+    """Training seconds at ``cell``'s first evaluation that met its target (None: never did)."""
+    target = quality_target(cell, cells)
+    if target is None:
+        return None
+    higher = "target" in WORKLOADS[cell["workload"]]  # accuracy: higher is better
+    for (_, quality), (_, seconds) in zip(cell[WORKLOADS[cell["workload"]]["quality"]], cell["train_seconds"]):
+        if (quality >= target) if higher else (quality <= target):
+            return seconds
+    return None
+
+
+def _same_cell(a: dict, b: dict) -> bool:
+    return all(a[k] == b[k] for k in ("workload", "np", "rate_mbit", "options"))
+
+
+def command(workload: str, method: str, options: list[str], metrics: str) -> list[str]:
+    if method.startswith("ddp:"):
+        head = [os.path.join(HERE, "ddp_train.py"), workload, "--hook", method[len("ddp:"):]]
+    else:
+        head = [os.path.join(EXAMPLES, WORKLOADS[workload]["example"]), "--compression", method]
+    return [sys.executable, *head, *options, "--metrics", metrics]
+
+
+def train(workload: str, method: str, workers: int, rate_mbit: float, options: list[str]) -> dict:
+    """One run on a fresh cluster: rank 0's curves, plus the run's wall-clock seconds (start-up
+    and evaluation included)."""
+    with tempfile.TemporaryDirectory() as tmp, Cluster(workers, rate_mbit) as cluster:
+        metrics = os.path.join(tmp, "metrics.json")
+        started = time.perf_counter()
+        cluster.run(command(workload, method, options, metrics), timeout=3600)
+        with open(metrics) as f:
+            result = json.load(f)
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def compile_kernels(methods: list[str]) -> None:
+    """One tiny PTB run per compressor under horovodrun, so numba's on-disk cache holds every
+    kernel before the first timed run."""
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    for method in methods:
+        if method.startswith("ddp:") or method in ("none", "fp16"):
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([horovodrun, "-np", "2", "-H", "localhost:2", "--gloo",
+                            *command("ptb", method, ["--epochs", "1", "--train-fraction", "0.002",
+                                                     "--evals-per-epoch", "1"],
+                                     os.path.join(tmp, "m.json"))],
+                           check=True, capture_output=True, timeout=600)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="np=2, 100 Mbit/s, 3 methods, short runs")
+    parser.add_argument("--fresh", action="store_true", help="ignore cached runs")
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
+                        help="hvd_compress specs or ddp:HOOK (default: all)")
+    parser.add_argument("--workers", nargs="+", type=int, default=SIZES)
+    parser.add_argument("--rates", nargs="+", type=float, default=RATES, help="Mbit/s")
+    args = parser.parse_args()
+    exit_unless_available("time_to_accuracy")
+    if args.quick:
+        args.workers, args.rates = [2], [100]
+    setting = "quick" if args.quick else "options"
+    cells = {}
+    # the slow link and the larger world first: the cells the targets are about
+    for rate in args.rates:
+        for workers in args.workers:
+            for workload in args.workloads:
+                methods = args.methods or (QUICK_METHODS if args.quick else METHODS + (
+                    PTB_ONLY + (ABLATIONS if rate == RATES[0] else []) if workload == "ptb" else []))
+                options = WORKLOADS[workload][setting]
+                for method in methods:
+                    key = f"{workload}|np={workers}|{rate_label(rate)}|{method}|{' '.join(options)}"
+                    cells[key] = lambda w=workload, m=method, p=workers, r=rate, o=options: {
+                        "workload": w, "method": m, "np": p, "rate_mbit": r, "options": o,
+                        "quick": args.quick, **train(w, m, p, r, o)}
+    cache = ResultCache("time_to_accuracy", args.fresh)
+    missing = {key.split("|")[3] for key in cells if cache.get(key) is None}
+    compile_kernels(sorted(missing))
+    cache.sweep(cells, lambda c: f"{c['wall_s']:.0f} s, final quality "
+                                 f"{c[WORKLOADS[c['workload']]['quality']][-1][1]:.2f}")
+    import plots
+
+    print("wrote", *plots.time_to_accuracy(cache.data))
+
+
+if __name__ == "__main__":
+    main()

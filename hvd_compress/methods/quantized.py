@@ -1,0 +1,87 @@
+"""What the byte-code quantizers (qsgd, terngrad, u8bit, natural) share: a payload of float32
+scales and packed codes (kernels/quantize.py), and the seeds of their stochastic rounding.
+
+Payload: the scales (float32, one per bucket, or one for a whole-piece scheme), then the codes
+(``8 // bits`` to a byte): ``Scheme.payload_bytes``, which ``expected_bytes`` returns exactly.
+Scales differ per rank, so payloads cannot be summed on the wire: they travel by allgather or
+two-phase, as ``communication`` chooses (communication/route.py).
+
+Randomness: a rank's rounding noise is its own. The seed of an encode hashes the ``seed``
+option, the rank (``noise_rank``: Horovod's rank, or 0 before ``hvd.init()``), the piece's
+length and how many times this buffer has been encoded (methods/state.py, not checkpointed),
+and entry i of the piece draws ``counter_rng.uniform(seed, i)``. Decoding draws nothing, so
+every rank decodes every payload to the same bits and ranks stay bitwise identical. Pieces of
+one tensor with the same length (two-phase chunks) encoded by one rank in one step share a
+seed: each entry's rounding is still unbiased, the pieces' noise is correlated.
+"""
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..compressor import Compressor, is_int, require
+from ..kernels import arrays, quantize, randomk_cpu
+from .state import PerBuffer
+
+
+class _Count:
+    steps = 0
+
+
+class Quantized(Compressor):
+    """The base of QSGD, TernGrad, U8Bit and Natural; not in the catalogue itself."""
+
+    def __init__(self, scheme: quantize.Scheme, bucket_size: int, *, seed: int | None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        require(is_int(bucket_size) and bucket_size >= 1, "bucket_size", "an int >= 1", bucket_size)
+        if seed is not None:
+            require(is_int(seed) and seed >= 0, "seed", "an int >= 0", seed)
+        self.scheme = scheme
+        self.bucket_size = bucket_size
+        self.seed = seed
+        #: the rank that seeds this compressor's noise; None: Horovod's rank (0 before init).
+        #: A single-process simulation of several ranks sets it (tests/test_horovod.py).
+        self.noise_rank: int | None = None
+        self._counts: PerBuffer[_Count] = PerBuffer()
+
+    def options(self) -> dict[str, Any]:
+        seed = {} if self.seed is None else {"seed": self.seed}
+        return {**super().options(), **seed}
+
+    def expected_bytes(self, numel: int, shape: torch.Size) -> float:
+        return self.scheme.payload_bytes(numel, self.bucket_size)
+
+    def clip_bound(self, acc: torch.Tensor) -> float:
+        """The magnitude entries are clipped to before quantizing (TernGrad); infinity: none."""
+        return np.inf
+
+    def _rank(self) -> int:
+        if self.noise_rank is not None:
+            return self.noise_rank
+        import horovod.torch as hvd
+
+        return hvd.rank() if hvd.is_initialized() else 0
+
+    def _encode_seed(self, acc: torch.Tensor) -> int:
+        if self.seed is None:  # deterministic rounding
+            return 0
+        count = self._counts.get(acc, _Count)
+        n = acc.numel()
+        seed = randomk_cpu.step_seed(randomk_cpu.step_seed(self.seed, self._rank(), n), count.steps, n)
+        count.steps += 1
+        return seed
+
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+        scales, codes = quantize.encode(arrays.kernels("quantize", acc), arrays.view(acc), self.scheme,
+                                        self.bucket_size, self._encode_seed(acc), self.clip_bound(acc))
+        return arrays.join([arrays.tensor(scales, acc), arrays.tensor(codes, acc)])
+
+    def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        split = 4 * self.scheme.buckets(out.numel(), self.bucket_size)
+        quantize.decode_add(arrays.kernels("quantize", out), arrays.view(payload[:split].view(torch.float32)),
+                            arrays.view(payload[split:]), arrays.view(out), self.scheme, self.bucket_size)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._counts.clear()  # the memory's buffers were replaced
