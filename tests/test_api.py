@@ -79,6 +79,22 @@ def test_error_feedback_invariant(spec, dtype):
         residual = acc.clone()
 
 
+@pytest.mark.parametrize("spec", SPECS + ["signsgd", "signum", "qsgd", "terngrad", "natural"])
+@pytest.mark.parametrize("n", [600, 5000])
+def test_an_all_zero_piece_still_makes_a_payload(spec, n):
+    """A piece with nothing to send (a two-phase chunk of a layer whose inputs are all dead)
+    still gives a payload (an empty one would read as an absent rank), which decodes to zeros,
+    or, for the sign methods, to sign(0) = +1."""
+    c = hc.from_spec(spec)
+    zeros = torch.zeros(n)
+    payload = c.encode(c.memory.compensate("w", zeros), zeros, torch.Size((n,)))
+    decoded = torch.zeros(n)
+    c.decode_add(payload, decoded, torch.Size((n,)))
+    assert payload.numel() > 0
+    expected = 1.0 if spec.startswith(("signsgd", "signum")) else 0.0
+    assert (decoded == expected).all()
+
+
 def test_without_error_feedback_nothing_carries_over():
     c = hc.from_spec("topk:ratio=0.01,error_feedback=false")
     grad = torch.randn(5000)

@@ -36,8 +36,10 @@ def stream(like: torch.Tensor):
 
 
 def join(parts: list[torch.Tensor]) -> torch.Tensor:
-    """The bytes of ``parts`` back to back, as one uint8 tensor (the payload body)."""
-    return torch.cat([p.reshape(-1).view(torch.uint8) for p in parts])
+    """The bytes of ``parts`` back to back, as one uint8 tensor (the payload body). Empty parts
+    are left out: numpy gives an empty array stride 0, which torch refuses to reinterpret."""
+    return torch.cat([p.reshape(-1).view(torch.uint8) for p in parts if p.numel()]
+                     or [parts[0].new_empty(0, dtype=torch.uint8)])
 
 
 def spans(parts: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
