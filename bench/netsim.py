@@ -173,7 +173,8 @@ class Cluster:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-            self._rendezvous.kill()
-            self._rendezvous.wait()
-            self._rendezvous = None
+            if self._rendezvous is not None:  # close() (on SIGTERM) may have stopped it already
+                self._rendezvous.kill()
+                self._rendezvous.wait()
+                self._rendezvous = None
         return [out for out, _ in results]

@@ -10,9 +10,10 @@ perplexity did not improve. The clipping applies to the aggregated gradient, the
 documents it: ``synchronize()``, clip, then ``step()`` under ``skip_synchronize()``.
 
 Size (width 128, 2 layers, 2.8M parameters, 11 MB of fp32 gradient a step): small enough that an
-epoch on one core per worker takes minutes (about 3 ms per 35 x 32 words batch of compute), large
-enough that the network matters: at 100 Mbit/s a dense fp32 allreduce of 11 MB costs far more
-than the step's compute. The embedding and softmax matrices, 10k x 128 each, are 94% of it.
+epoch on one core per worker takes minutes (a step of 32 streams x 35 words computes in about
+0.2 s on one core of our machines), large enough that the network matters: at 100 Mbit/s a
+dense fp32 ring allreduce of 11 MB takes about 0.9 s at np=2. The embedding and softmax
+matrices, 10k x 128 each, are 90% of it.
 ``--train-fraction`` trains each epoch on the first part of the training text only (the
 time-to-accuracy bench uses it to keep its sweep near an hour on two cores).
 
