@@ -2,11 +2,15 @@
 cluster, and projected to 1,024 workers.
 
     sudo .venv/bin/python bench/cost_model.py fit       # time gloo collectives: c and a
+    .venv/bin/python bench/cost_model.py cpu            # the compressed path's CPU per tensor
     .venv/bin/python bench/cost_model.py                # check against measured cells, project
 
 ``fit`` runs bench/link_probe.py on the simulated cluster (np=2 and 4, unthrottled) and fits
 the per-collective overhead c and per-round latency a of ``time = c + rounds * a`` to the
-small messages (bench/results/link.json). The check predicts, per model, method and world size, the bytes a
+small messages (bench/results/link.json). ``cpu`` runs bench/cpu_probe.py under horovodrun
+on this machine (np=2 and 4) and fits cost.py's CPU constants, ``seconds = calls * call +
+numel * element``, to the compress and decode phases it timed (bench/results/link.json,
+cell "cpu"). The check predicts, per model, method and world size, the bytes a
 worker sends per step (the parameters of examples/models.py, each routed as the hook routes
 it) and compares them with the interface counters of bench/results/wire_bytes.json; it
 predicts the communication time of a step at 100 Mbit/s and compares it with the measured step
@@ -66,6 +70,25 @@ def fit() -> None:
           f"from {len(xs)} small-message timings")
 
 
+def fit_cpu() -> None:
+    import subprocess
+
+    cache = ResultCache("link")
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    rows = []
+    for workers in (2, 4):
+        out = subprocess.run([horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", "--gloo",
+                              sys.executable, os.path.join(HERE, "cpu_probe.py")],
+                             check=True, capture_output=True, text=True, timeout=1200).stdout
+        rank0 = next(line for line in out.splitlines() if line.startswith("[0]<stdout>:["))
+        rows += json.loads(rank0.split(":", 1)[1])
+    xs = np.array([[r["calls"], r["numel"]] for r in rows])
+    (call, element), *_ = np.linalg.lstsq(xs, np.array([r["seconds"] for r in rows]), rcond=None)
+    cache.put("cpu", {"call_s": call, "element_s": element, "points": rows})
+    print(f"compressed path CPU: {call * 1e6:.0f} us per encode or decode call, "
+          f"{element * 1e9:.2f} ns per element, from {len(rows)} timings")
+
+
 def on_wire(c):
     """A Cost with its TCP payload bytes converted to interface bytes."""
     from hvd_compress.communication import cost
@@ -89,19 +112,23 @@ def step_cost(model_name: str, method: str, p: int, gbit: float, fitted: dict):
     params = [torch.empty(shape, device="meta") for shape in _shapes(model_name)]
     link = cost.Link(gbit, fitted["latency_s"], fitted["overhead_s"])
     total = cost.Cost(0.0)
-    if method.startswith("ddp:powersgd:"):
-        rank = int(method.rsplit(":", 1)[1])
-        for t in params:
-            matrix = t.dim() > 1
-            total += (cost.powersgd(t.shape[0], t.numel() // t.shape[0], rank, p) if matrix
-                      else cost.dense(4 * t.numel(), p))
-        return total, link
     method = {"ddp:fp16": "fp16", "ddp:allreduce": "none"}.get(method, method)
     if method in ("none", "fp16"):
         return cost.dense((4 if method == "none" else 2) * sum(t.numel() for t in params), p), link
-    compressor = hc.from_spec(method)
-    for t in params:
-        way = route.choose(compressor, t, p) if compressor.compressible(t) else "dense"
+    if method.startswith("ddp:powersgd:"):  # every matrix's factors, vectors dense
+        rank, factored = int(method.rsplit(":", 1)[1]), lambda t: t.dim() > 1
+    else:
+        compressor = hc.from_spec(method)
+        rank, factored = getattr(compressor, "rank", 0), compressor.compressible
+    if rank:
+        for t in params:
+            total += (cost.powersgd(t.shape[0], t.numel() // t.shape[0], rank, p) if factored(t)
+                      else cost.dense(4 * t.numel(), p))
+        return total, link
+    tensors = [(str(i), t.shape, 4) for i, t in enumerate(params) if compressor.compressible(t)]
+    routes = route.plan(compressor, tensors, p)
+    for i, t in enumerate(params):
+        way = routes.get(str(i), "dense")
         total += route.costs(compressor, t.shape, 4, p)[way] if way != "dense" else cost.dense(4 * t.numel(), p)
     return total, link
 
@@ -120,10 +147,7 @@ def check(fitted: dict) -> list[dict]:
     cells = {(c["model"], c["np"], c["method"], c["rate_mbit"]): c for c in throughput["cells"].values()}
     for (model, p, method, rate), slow in cells.items():
         fast = cells.get((model, p, method, None))
-        # throughput.json predates communication="auto": at np > 2 our compressors took other
-        # routes then, so only their np=2 cells (allgather then and now) are comparable
-        if rate != 100 or fast is None or (p > 2 and not method.startswith("ddp:")
-                                           and method not in ("none", "fp16")):
+        if rate != 100 or fast is None:
             continue
         step = lambda c: c["batch_size"] * c["np"] / c["samples_per_s"]  # noqa: E731
         predicted, link = step_cost(model, method, p, 0.1, fitted)
@@ -153,10 +177,10 @@ def project(fitted: dict, model: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", nargs="?", default="check", choices=["fit", "check"])
+    parser.add_argument("action", nargs="?", default="check", choices=["fit", "cpu", "check"])
     args = parser.parse_args()
-    if args.action == "fit":
-        fit()
+    if args.action in ("fit", "cpu"):
+        fit() if args.action == "fit" else fit_cpu()
         return
     link = load("link")
     if link is None or "fit" not in link["cells"]:

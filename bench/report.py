@@ -228,6 +228,22 @@ def powersgd_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def powersgd_rank_table(result: dict) -> str:
+    """Our PowerSGD against torch DDP's PowerSGD hook at the same rank (1), cell by cell."""
+    cells = _throughput_cells(result)
+    ours, theirs = "powersgd:rank=1", "ddp:powersgd:1"
+    lines = [f"| model | np | link | `{ours}` samples/s | `{theirs}` samples/s | ours / DDP (>= 1x) "
+             "| MB sent/step, ours / DDP |", "|---" * 7 + "|"]
+    for key in dict.fromkeys(k[:3] for k in cells):
+        a, b = cells.get((*key, ours)), cells.get((*key, theirs))
+        if a is None or b is None:
+            continue
+        lines.append(f"| {key[0]} | {key[1]} | {rate_label(key[2])} | {a['samples_per_s']:.1f} | "
+                     f"{b['samples_per_s']:.1f} | {_mark(a['samples_per_s'] / b['samples_per_s'], 1.0)} | "
+                     f"{a['tx_bytes_per_step'] / 1e6:.2f} / {b['tx_bytes_per_step'] / 1e6:.2f} |")
+    return "\n".join(lines)
+
+
 def convergence_table(result: dict) -> str:
     cells = longest_run(result)
     sizes = sorted({c["np"] for c in cells})
@@ -455,6 +471,7 @@ TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wi
           "throughput": ("throughput", throughput_table),
           "throughput_targets": ("throughput", throughput_targets_table),
           "powersgd": ("throughput", powersgd_table),
+          "powersgd_rank": ("throughput", powersgd_rank_table),
           "convergence": ("convergence", convergence_table),
           "compression": ("convergence", compression_table),
           "adacomp_layers": ("convergence", adacomp_layers_table),

@@ -27,7 +27,7 @@ from common import ResultCache, rate_label  # noqa: E402
 from netsim import WORKER_IFACE, Cluster, exit_unless_available  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_synthetic_benchmark.py")
-METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp",
+METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp", "powersgd:rank=1",
            "ddp:fp16", "ddp:powersgd:1", "ddp:powersgd:4"]
 MODELS = ["resnet18", "widemlp"]
 RATES = [100, 1000, None]  # Mbit/s; None: unthrottled

@@ -65,6 +65,8 @@ def parser(description: str, evals_per_epoch: int,
 def save(metrics: dict, compression, args: argparse.Namespace, rank: int) -> None:
     """Reports what ``compression`` sent and writes ``metrics`` (rank 0, with --metrics)."""
     metrics["per_tensor"] = report_compression(compression, args.compression, rank)
+    if hasattr(compression, "stats"):
+        metrics["seconds"] = compression.stats()["seconds"]
     if args.metrics and rank == 0:
         with open(args.metrics, "w") as f:
             json.dump(metrics, f)

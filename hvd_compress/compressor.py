@@ -12,6 +12,7 @@ A compressor is two things at once:
 
 How payloads travel is the communicator's business (``hvd_compress/communication``).
 """
+import os
 import threading
 import warnings
 from typing import Any
@@ -36,6 +37,19 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def default_link_gbit() -> float:
+    """The link rate ``communication="auto"`` plans for when a compressor is built without
+    ``link_gbit``: ``HVD_COMPRESS_LINK_GBIT`` from the environment (so a job launched with
+    ``horovodrun -x HVD_COMPRESS_LINK_GBIT=10`` plans for 10 Gbit/s without a change to the
+    script), else 1 Gbit/s. A compressor's spec() carries the rate it was built with, so
+    ranks that disagree are caught by the agreement check."""
+    value = os.environ.get("HVD_COMPRESS_LINK_GBIT", "1")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"HVD_COMPRESS_LINK_GBIT must be a number > 0, got {value!r}") from None
+
+
 def one_of(argument: str, value: Any, allowed: tuple) -> None:
     require(value in allowed, argument, f"one of {allowed}", value)
 
@@ -45,7 +59,9 @@ class Compressor:
     name = "base"
 
     def __init__(self, *, error_feedback: bool = True, min_numel: int = 1024,
-                 communication: str = "auto", link_gbit: float = 1.0) -> None:
+                 communication: str = "auto", link_gbit: float | None = None) -> None:
+        if link_gbit is None:
+            link_gbit = default_link_gbit()
         require(isinstance(error_feedback, bool), "error_feedback", "True or False", error_feedback)
         require(is_int(min_numel) and min_numel >= 0, "min_numel", "an int >= 0", min_numel)
         one_of("communication", communication, COMMUNICATIONS)

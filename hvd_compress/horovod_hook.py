@@ -23,6 +23,7 @@ import weakref
 
 import horovod
 import horovod.torch as hvd
+import torch
 from horovod.torch import mpi_ops
 from horovod.torch import optimizer as hvd_optimizer
 
@@ -70,12 +71,17 @@ class _State:
                                  optimizer.op == hvd.Average)
         self.agreement: Agreement | None = None
         self.world: int | None = None
+        #: this world's route of each compressible parameter's gradient (route.plan)
+        self.routes: dict[str, str] = {}
 
     def agree(self, optimizer) -> Agreement:
-        """This world's agreement check, started (and its two-phase buckets planned)."""
+        """This world's agreement check, started (and its routes and two-phase buckets planned)."""
         if self.world != _world:
             if isinstance(optimizer._compression, Compressor):
-                self.exchange.buckets = fusion.Buckets(_plan(optimizer), self.exchange)
+                self.routes = _routes(optimizer)
+                self.exchange.buckets = fusion.Buckets(
+                    fusion.plan(_parameters(optimizer), lambda name: self.routes.get(name) == "twophase"),
+                    self.exchange)
             description = {"compression": _describe(optimizer._compression),
                            "parameters": sorted((optimizer._parameter_names.get(p), tuple(p.shape),
                                                  str(p.dtype)) for p in optimizer._requires_update)}
@@ -86,14 +92,19 @@ class _State:
         return self.agreement
 
 
-def _plan(optimizer) -> list[list[str]]:
-    """The optimizer's two-phase buckets (fusion.py), from its parameters in registration order,
-    each standing in for its gradient (same shape and dtype) to pick its route."""
-    compressor, ranks = optimizer._compression, optimizer.process_set.size()
-    parameters = [(optimizer._parameter_names.get(p), p) for group in optimizer.param_groups
-                  for p in group["params"] if p in optimizer._requires_update]
-    return fusion.plan(parameters, lambda p: compressor.compressible(p)
-                       and route.choose(compressor, p, ranks) == "twophase")
+def _parameters(optimizer) -> list[tuple[str, torch.Tensor]]:
+    """The parameters the optimizer reduces, by name, in registration order."""
+    return [(optimizer._parameter_names.get(p), p) for group in optimizer.param_groups
+            for p in group["params"] if p in optimizer._requires_update]
+
+
+def _routes(optimizer) -> dict[str, str]:
+    """The route of each compressible parameter's gradient, planned together (route.plan), each
+    parameter standing in for its gradient (same shape and dtype)."""
+    compressor = optimizer._compression
+    tensors = [(name, p.shape, p.element_size()) for name, p in _parameters(optimizer)
+               if compressor.compressible(p)]
+    return route.plan(compressor, tensors, optimizer.process_set.size())
 
 
 def _describe(compression) -> str:
@@ -163,7 +174,7 @@ def _allreduce_grad_async(self, p):
     name = self._parameter_names.get(p)
     way = "dense"
     if compressor.compressible(p.grad):
-        way = route.choose(compressor, p.grad, self.process_set.size())
+        way = state.routes.get(name) or route.choose(compressor, p.grad, self.process_set.size())
     if way == "dense":
         if p.grad.dtype in dense.WIDENED:
             return dense.start(p.grad, name, state.exchange), None

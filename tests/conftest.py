@@ -5,6 +5,11 @@ import shutil
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
+# The tests' tensors are small (thousands of elements), and on a 1 Gbit/s link communication="auto"
+# sends such tensors dense (route.py): plan for a slow link so that they are compressed. Every
+# test that spawns workers hands them this environment; tests/test_route.py plans for the default.
+os.environ["HVD_COMPRESS_LINK_GBIT"] = "0.01"
+
 import numpy as np
 import pytest
 

@@ -28,7 +28,8 @@ def test_synthetic_benchmark_example_under_horovodrun():
 
 
 def test_ddp_peer_with_powersgd_under_torchrun():
-    out = _run([os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "bench/ddp_worker.py",
+    # --standalone: a free port of its own (the default 29500 may still be held by an earlier test)
+    out = _run([os.path.join(BIN, "torchrun"), "--standalone", "--nproc_per_node", "2", "bench/ddp_worker.py",
                 *SMALL, "--num-warmup-batches", "2", "--hook", "powersgd:1", "--json"])
     # both ranks share torchrun's stdout, so their lines may land on one line
     decoder = json.JSONDecoder()

@@ -39,15 +39,15 @@ def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> lis
     for rank, c in enumerate(compressors):
         c.noise_rank = rank  # the stochastic methods draw per-rank noise (methods/quantized.py)
     ranks = len(grads_per_rank)
+    routes = route.plan(compressors[0], [(name, torch.Size(shape), 4) for name, shape in SHAPES.items()
+                                         if compressors[0].compressible(torch.zeros(shape))], ranks)
     results = []
     for step in range(len(grads_per_rank[0])):
         out = {}
         for name, shape in SHAPES.items():
             grads = [g[step][name] for g in grads_per_rank]
             present = [(c, g) for c, g in zip(compressors, grads) if g is not None]
-            way = "dense"
-            if compressors[0].compressible(torch.zeros(shape)):
-                way = route.choose(compressors[0], torch.zeros(shape), ranks)
+            way = routes.get(name, "dense")
             if way == "dense":
                 total = sum(g for _, g in present) / (ranks if average else 1)
             elif way == "twophase":

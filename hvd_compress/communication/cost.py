@@ -28,6 +28,23 @@ small gloo allreduce, allgather and alltoall times at np=2 and 4); the bandwidth
 rate. Both are this machine's, whose workers share 2 cores: a real cluster's are smaller, which
 only moves the crossovers of route.py towards smaller tensors. Checked against the simulated
 cluster's interface counters by the same bench (README, "Communication at scale").
+
+Two things beyond the wire decide whether compressing a tensor pays (route.py):
+
+* CPU. The compressed path costs the worker CPU that Horovod's dense path does not: a cost per
+  encode or decode call (Python, framing, kernel dispatch, Horovod's submission; an allgather
+  makes 2, a two-phase allreduce 2p + 3: p chunk encodes and p region decodes, then unframing,
+  the region's sum and its re-encode) and one per element (gradient + residual, the kernels,
+  the zero-filled sum and the copy back). Fitted by ``bench/cost_model.py cpu``
+  (bench/cpu_probe.py: the compress and decode phases of TopK, OneBit and AdaComp, np=2 and 4
+  on this machine's 2 cores). Horovod's own per-element work on
+  the dense path (fusion-buffer copies, gloo's sums) is not charged to dense, which only
+  favours dense. On LeNet-5 at np=4 this is what a step loses with compression: measured,
+  1 epoch at 100 Mbit/s took 7.4 s uncompressed, 8.8 s with TopK by two-phase (10 ms of
+  compress and 5 of decode a step for 3 tensors) and 5.6 s with TopK by allgather.
+* The two-phase second round. Its allgathers start in ``synchronize()``, after the backward
+  pass, when the first round has arrived: a round of its own on the step's critical path, paid
+  once a step (kind ``"second round"``) whatever number of tensors share it.
 """
 from dataclasses import dataclass
 
@@ -37,25 +54,31 @@ from . import framing
 #: network namespaces of this machine (bench/cost_model.py fit; README, "Communication at scale")
 LATENCY_S = 600e-6
 OVERHEAD_S = 480e-6
+#: CPU seconds of the compressed path per encode or decode call, and per element
+#: (bench/cost_model.py cpu; README, "Communication")
+CALL_CPU_S = 95e-6
+ELEMENT_CPU_S = 4.4e-9
 
 
 @dataclass(frozen=True)
 class Cost:
     """What one worker sends for one tensor (or a step's tensors): ``bytes``; the unfused
-    ``collectives`` and their message ``rounds``, paid per tensor; and ``fused``: the rounds of
-    each kind of collective Horovod fuses, paid once however many tensors share it."""
+    ``collectives`` and their message ``rounds``, paid per tensor; ``fused``: the rounds of
+    each kind of collective Horovod fuses, paid once however many tensors share it; ``cpu``:
+    seconds of the worker's CPU the compressed path adds."""
 
     bytes: float
     collectives: float = 0
     rounds: float = 0
     fused: tuple[tuple[str, int], ...] = ()
+    cpu: float = 0.0
 
     def __add__(self, other: "Cost") -> "Cost":
         fused = dict(self.fused)
         for kind, rounds in other.fused:
             fused[kind] = max(fused.get(kind, 0), rounds)
         return Cost(self.bytes + other.bytes, self.collectives + other.collectives,
-                    self.rounds + other.rounds, tuple(sorted(fused.items())))
+                    self.rounds + other.rounds, tuple(sorted(fused.items())), self.cpu + other.cpu)
 
 
 @dataclass(frozen=True)
@@ -75,7 +98,7 @@ class Link:
     def marginal_seconds(self, cost: Cost) -> float:
         """The time ``cost`` adds to a step whose fused collectives run anyway."""
         return (cost.collectives * self.overhead_s + cost.rounds * self.latency_s
-                + cost.bytes * 8 / (self.gbit * 1e9))
+                + cost.bytes * 8 / (self.gbit * 1e9) + cost.cpu)
 
 
 def framed(payload: float) -> float:
@@ -97,9 +120,15 @@ def twophase(payload: float, region_payload: float, p: int, share: float = 1.0) 
     """An alltoall that sends p-1 of a rank's p framed chunk payloads (``payload`` bytes in
     all), then an allgather of the rank's re-compressed region (``region_payload``). The
     alltoall's negotiation and rounds are charged at ``share``: the part of its bucket's alltoall
-    this tensor pays (fusion.py)."""
+    this tensor pays (fusion.py). The allgather is the step's second round (module docstring)."""
     alltoall = Cost((p - 1) / p * (payload + p * framed(0)), collectives=share, rounds=share * (p - 1))
-    return alltoall + allgather(region_payload, p)
+    return alltoall + Cost((p - 1) * framed(region_payload), fused=(("second round", p - 1),))
+
+
+def compute(numel: int, calls: int) -> Cost:
+    """The CPU of compressing and decoding ``numel`` elements in ``calls`` encode and decode
+    calls (2 on the allgather route, 2p + 3 by two-phase)."""
+    return Cost(0.0, cpu=calls * CALL_CPU_S + numel * ELEMENT_CPU_S)
 
 
 def powersgd(rows: int, cols: int, rank: int, p: int) -> Cost:

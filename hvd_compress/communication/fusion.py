@@ -39,13 +39,13 @@ from . import framing
 BUCKET_BYTES = 25 * 2 ** 20
 
 
-def plan(parameters: list[tuple[str, torch.Tensor]], two_phase: Callable[[torch.Tensor], bool],
+def plan(parameters: list[tuple[str, torch.Tensor]], two_phase: Callable[[str], bool],
          cap: int = BUCKET_BYTES) -> list[list[str]]:
-    """Buckets of parameter names: ``parameters`` in registration order, those ``two_phase``
-    sends by two-phase, grouped in reverse order up to ``cap`` dense bytes each."""
+    """Buckets of parameter names: ``parameters`` in registration order, those whose name
+    ``two_phase`` says go by two-phase, grouped in reverse order up to ``cap`` dense bytes each."""
     buckets, size = [], cap
     for name, p in reversed(parameters):
-        if not two_phase(p):
+        if not two_phase(name):
             continue
         if size + p.numel() * p.element_size() > cap and (not buckets or buckets[-1]):
             buckets.append([])
