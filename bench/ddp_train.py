@@ -54,6 +54,9 @@ def main() -> None:
     if args.metrics and world.rank == 0:
         with open(args.metrics, "w") as f:
             json.dump(metrics, f)  # no per-layer compression: DDP's hooks keep no statistics
+    # every rank past its last collective before any tears down: a rank whose peer closed the
+    # group first could abort at exit (std::terminate in a gloo thread, seen under load)
+    dist.barrier()
     dist.destroy_process_group()
 
 

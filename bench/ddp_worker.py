@@ -61,6 +61,9 @@ def main() -> None:
         optimizer.step()
 
     benchmark(step, dist.barrier, dist.get_rank(), dist.get_world_size(), args)
+    # every rank past its last collective before any tears down: a rank whose peer closed the
+    # group first could abort at exit (std::terminate in a gloo thread, seen under load)
+    dist.barrier()
     dist.destroy_process_group()
 
 
