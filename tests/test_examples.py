@@ -48,7 +48,7 @@ def test_ptb_language_model_under_horovodrun(tmp_path):
 
 def test_time_to_accuracy_peer_trains_under_ddp(tmp_path):
     metrics = tmp_path / "metrics.json"
-    _run([os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "bench/ddp_train.py", "ptb",
+    _run([os.path.join(BIN, "torchrun"), "--standalone", "--nproc_per_node", "2", "bench/ddp_train.py", "ptb",
           "--hook", "powersgd:1", *TINY_PTB, "--metrics", str(metrics)])
     result = json.loads(metrics.read_text())
     assert len(result["valid_perplexity"]) == 2 and result["valid_perplexity"][-1][1] < 10000
