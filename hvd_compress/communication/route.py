@@ -84,8 +84,9 @@ def plan(compressor: Compressor, tensors: list[Tensor], ranks: int) -> dict[str,
             way = min((r for r in options if r in allowed),
                       key=lambda r: (link.marginal_seconds(options[r]), ROUTES.index(r)))
             routes[name], total = way, total + options[way]
-        if best is None or link.seconds(total) < best[0]:
-            best = (link.seconds(total), routes)
+        seconds = link.seconds(total)
+        if best is None or seconds < best[0]:
+            best = (seconds, routes)
     return best[1]
 
 
