@@ -67,10 +67,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per cell (median)")
     parser.add_argument("--methods", nargs="+", default=METHODS, metavar="METHOD")
     parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
+    parser.add_argument("--workers", nargs="+", type=int, default=[2, 4], metavar="NP")
     args = parser.parse_args()
     exit_unless_available("throughput")
     grid = ([("resnet18", 2, 100)] if args.quick else
-            [(m, p, r) for m in args.models for p in (2, 4) for r in RATES])
+            [(m, p, r) for m in args.models for p in args.workers for r in RATES])
     cells = {f"{model}|np={workers}|{rate_label(rate)}|{method}|batch={args.batch_size}":
              lambda model=model, workers=workers, rate=rate, method=method: {
                  "model": model, "np": workers, "rate_mbit": rate, "method": method,

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .memory import NoMemory, ResidualMemory
+from .memory import NoMemory, ResidualMemory, fold
 
 COMPRESSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: the ``communication=`` choices every method takes (hvd_compress/communication/route.py)
@@ -121,6 +121,18 @@ class Compressor:
         per-layer choices. A payload layout that follows the shape (OneBit's per-column scales)
         applies only to a whole tensor (``acc.numel() == shape.numel()``)."""
         raise NotImplementedError
+
+    def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+                    keep: bool) -> torch.Tensor | None:
+        """``acc += grad`` (``keep``: error feedback) or ``acc = grad``, then ``encode``: the
+        payload, or None when ``grad`` holds NaN or Inf (``acc`` then holds anything; the
+        caller clears it). ``acc`` is a parameter's residual (flat fp32), or a contiguous piece
+        of it (a two-phase chunk), ``grad`` the matching flat gradient. Methods override it to fold, check and encode in fewer passes over the
+        data than the two calls make; the payload and the residual left in ``acc`` must stay
+        bitwise those of the two calls."""
+        if not fold(acc, grad, keep):
+            return None
+        return self.encode(acc, grad, shape)
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         """Adds what ``payload`` carries to ``out`` (flat fp32, the piece ``payload`` was

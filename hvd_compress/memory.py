@@ -36,7 +36,9 @@ class ResidualMemory:
         self._buffers: dict[str, torch.Tensor] = {}
         self._lock = threading.Lock()  # hooks may run on autograd's device threads
 
-    def _buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
+    def buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """``name``'s residual (flat fp32, on ``like``'s device, zeros at first use or when
+        ``like``'s size changed), to fold a gradient into (``Compressor.fold_encode``)."""
         with self._lock:
             buf = self._buffers.get(name)
             if buf is not None and buf.device != like.device and buf.numel() == like.numel():
@@ -49,7 +51,7 @@ class ResidualMemory:
     def compensate_checked(self, name: str, grad: torch.Tensor) -> tuple[torch.Tensor, bool]:
         """(the buffer holding grad + residual, flat, fp32; whether grad is finite).
         Compression edits the buffer in place."""
-        buf = self._buffer(name, grad)
+        buf = self.buffer(name, grad)
         return buf, fold(buf, grad, self.keeps)
 
     def compensate(self, name: str, grad: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,8 @@ from horovod.torch import Compression
 
 import hvd_compress as hc
 from hvd_compress.communication import framing
+from hvd_compress.communication.base import output_for
+from hvd_compress.memory import fold
 
 # One spec per compressor configuration the invariants are checked for.
 SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit", "onebit:scaling=l1,granularity=column",
@@ -77,6 +79,34 @@ def test_error_feedback_invariant(spec, dtype):
         c.decode_add(c.encode(piece, grad.reshape(-1)[lo:hi], grad.shape), decoded[lo:hi], grad.shape)
         torch.testing.assert_close(decoded[lo:hi] + piece, expected, rtol=0, atol=1e-6)
         residual = acc.clone()
+
+
+@pytest.mark.parametrize("spec", SPECS + ["signsgd", "signum", "qsgd", "terngrad", "natural"])
+@pytest.mark.parametrize("keep", [True, False])
+def test_fold_encode_is_fold_then_encode(spec, keep):
+    """The one call the communicators make (``fold_encode``: one pass where the method fuses
+    it) gives bitwise the payload and the residual of folding, then encoding; a non-finite
+    gradient gives None."""
+    fused, apart = hc.from_spec(spec), hc.from_spec(spec)
+    acc_fused, acc_apart = torch.full((5000,), 0.25), torch.full((5000,), 0.25)
+    for step in range(3):
+        grad = torch.randn(5000, generator=torch.Generator().manual_seed(step))
+        payload = fused.fold_encode(acc_fused, grad, torch.Size((50, 100)), keep)
+        assert fold(acc_apart, grad, keep)
+        assert torch.equal(payload, apart.encode(acc_apart, grad, torch.Size((50, 100))))
+        assert torch.equal(acc_fused.view(torch.int32), acc_apart.view(torch.int32))
+    grad[123] = float("nan")
+    assert fused.fold_encode(acc_fused, grad, torch.Size((50, 100)), keep) is None
+
+
+def test_the_aggregate_is_decoded_into_the_gradients_own_storage():
+    grad = torch.randn(10, 10)
+    out = output_for(grad)
+    assert out.data_ptr() == grad.data_ptr() and (out == 0).all()
+    for other in (torch.randn(10, 10).t(), torch.randn(100, dtype=torch.float16)):
+        out = output_for(other)
+        assert out.data_ptr() != other.data_ptr() and out.dtype == torch.float32
+        assert (out == 0).all() and out.numel() == other.numel()
 
 
 @pytest.mark.parametrize("spec", SPECS + ["signsgd", "signum", "qsgd", "terngrad", "natural"])

@@ -8,7 +8,7 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, contribution, decode_sum, encoded, timed
+from .base import Exchange, Wait, compressed, decode_sum, output_for, timed
 
 
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
@@ -17,9 +17,9 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
     returned handle yields the aggregate (sum, or mean when the exchange averages) in ``grad``'s
     shape and dtype."""
     with timed(compressor, "compress"):
-        acc, finite = contribution(compressor, name, grad, absent)
+        (body,), finite = compressed(compressor, name, grad, absent)
         tag = framing.tag_of(compressor.spec(), tuple(grad.shape))
-        payload = framing.frame(encoded(compressor, acc, grad.reshape(-1), grad.shape, finite), tag, finite)
+        payload = framing.frame(body, tag, finite)
     compressor._count(name, grad.numel(), payload.numel())
     process_set = exchange.process_set
     handle = hvd.allgather_async(payload, name=exchange.name(name), process_set=process_set)
@@ -35,7 +35,7 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
         bodies, all_finite = framing.unframe(gathered, tag, ranks, repr(name))
         if not all_finite:
             return torch.full_like(grad, float("nan"))
-        total = torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
+        total = output_for(grad)
         decode_sum(compressor, bodies, total, grad.shape)
         if exchange.average:
             total.div_(ranks)

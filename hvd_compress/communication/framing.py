@@ -28,10 +28,12 @@ NON_FINITE = -0x80000000  # the sign bit of the tag word
 
 def frame(body: torch.Tensor, tag: int, finite: bool = True) -> torch.Tensor:
     """header + body + padding, one uint8 tensor on the body's device."""
-    out = torch.zeros(HEADER_BYTES + _padded(body.numel()), dtype=torch.uint8, device=body.device)
+    end = HEADER_BYTES + body.numel()
+    out = torch.empty(HEADER_BYTES + _padded(body.numel()), dtype=torch.uint8, device=body.device)
     header = torch.tensor([body.numel(), tag if finite else tag | NON_FINITE], dtype=torch.int32)
     out[:HEADER_BYTES].copy_(header.view(torch.uint8))
-    out[HEADER_BYTES:HEADER_BYTES + body.numel()].copy_(body)
+    out[HEADER_BYTES:end].copy_(body)
+    out[end:].zero_()  # the padding: the payload's bytes are all defined
     return out
 
 

@@ -29,7 +29,7 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, contribution, decode_sum, encoded, in_two_rounds, timed
+from .base import Exchange, Wait, compressed, decode_sum, in_two_rounds, output_for, timed
 
 
 def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
@@ -53,12 +53,9 @@ class _Reduction:
         self.ranks = exchange.process_set.size()
         self.bounds = chunk_bounds(grad.numel(), self.ranks)
         with timed(compressor, "compress"):
-            acc, finite = contribution(compressor, name, grad, absent)
+            bodies, finite = compressed(compressor, name, grad, absent, self.bounds)
             self.tag = framing.tag_of(compressor.spec(), tuple(grad.shape), "twophase")
-            flat = grad.reshape(-1)
-            frames = [framing.frame(encoded(compressor, None if acc is None else acc[lo:hi],
-                                            flat[lo:hi], grad.shape, finite), self.tag, finite)
-                      for lo, hi in self.bounds]
+            frames = [framing.frame(body, self.tag, finite) for body in bodies]
         self.sent = sum(f.numel() for f in frames)
         self.phase1 = exchange.buckets.scatter(name, frames, self.tag)
         self.phase2 = None
@@ -82,12 +79,18 @@ class _Reduction:
         if self.exchange.average:
             mine.div_(self.ranks)
         self.compressor.finish(mine)
-        body = torch.empty(0, dtype=torch.uint8, device=mine.device)
         # Non-finite: the server residual stays as it was, clean. No rank had a gradient: it
         # stays too, so that a frozen parameter does not move.
+        body = None
         if finite and present:
-            server = self.compressor.memory.compensate(f"{self.name}#server", mine)
-            body = self.compressor.encode(server, mine, self.grad.shape)
+            memory = self.compressor.memory
+            server = memory.buffer(f"{self.name}#server", mine)
+            body = self.compressor.fold_encode(server, mine, self.grad.shape, memory.keeps)
+            if body is None:  # the region's sum overflowed fp32
+                server.zero_()
+                finite = False
+        if body is None:
+            body = torch.empty(0, dtype=torch.uint8, device=mine.device)
         return framing.frame(body, self.tag, finite)
 
     def result(self) -> torch.Tensor:
@@ -101,7 +104,7 @@ class _Reduction:
         bodies, finite = framing.unframe(gathered, self.tag, self.ranks, repr(self.name))
         if not finite:
             return torch.full_like(self.grad, float("nan"))
-        total = torch.zeros(self.grad.numel(), dtype=torch.float32, device=self.grad.device)
+        total = output_for(self.grad)
         for (lo, hi), body in zip(self.bounds, bodies):
             decode_sum(self.compressor, [body], total[lo:hi], self.grad.shape)
         self.compressor.finish(total)

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 from numba.cpython.unsafe.numbers import trailing_zeros  # LLVM's cttz, as Numba's own code uses
 
+from .compensate_cpu import FLOAT32_MAX
 from .threads import serial_and_parallel
 
 _MAGNITUDE = np.uint32(0x7FFFFFFF)  # all bits of a float32 but the sign
@@ -27,9 +28,12 @@ def _group_bins(bin_size: int) -> int:
 
 
 @serial_and_parallel
-def _bin_max_and_mask(acc, grad, bin_size, group_bins, gmax, masks, sent):
+def _bin_max_and_mask(acc, grad, bin_size, group_bins, gmax, masks, sent, fold, keep):
     """Per bin: g_max into ``gmax``; bit i of ``masks`` (zeroed) set where element i is sent;
-    ``sent[group]``: how many of its group's elements are.
+    ``sent[group]``: how many of its group's elements are. With ``fold``, each bin first folds
+    the gradient into ``acc`` (``acc += grad``, or ``acc = grad`` without ``keep``) while it is
+    read anyway: the residual's fold costs no pass of its own. Returns the number of non-finite
+    entries of ``grad`` (0 without ``fold``).
 
     The maximum is taken over the magnitude bits (sign cleared) as unsigned integers, which
     order like the floats they encode: an integer max reduction vectorizes, a float one does
@@ -38,10 +42,17 @@ def _bin_max_and_mask(acc, grad, bin_size, group_bins, gmax, masks, sent):
     popcount, and a byte per element packed into words by multiplication."""
     bits = acc.view(np.uint32)
     gmax_bits = gmax.view(np.uint32)
+    bad = 0
     for grp in prange(sent.size):
         count = 0
         for b in range(grp * group_bins, min(gmax.size, (grp + 1) * group_bins)):
             lo = b * bin_size
+            if fold:
+                a = acc[lo:lo + bin_size]
+                d = grad[lo:lo + bin_size]
+                for i in range(a.size):
+                    a[i] = a[i] + d[i] if keep else d[i]
+                    bad += not (abs(d[i]) <= FLOAT32_MAX)  # false for NaN and +-Inf
             u = bits[lo:lo + bin_size]  # loops over a slice from 0 vectorize
             mb = np.uint32(0)
             for i in range(u.size):
@@ -61,12 +72,13 @@ def _bin_max_and_mask(acc, grad, bin_size, group_bins, gmax, masks, sent):
                     shift = start & 63
                     w = np.uint64(0)
                     for i in range(g.size):
-                        keep = abs(g[i] + d[i]) >= m
-                        w |= np.uint64(keep) << np.uint64(i + shift)
-                        count += keep
+                        take = abs(g[i] + d[i]) >= m
+                        w |= np.uint64(take) << np.uint64(i + shift)
+                        count += take
                     masks[start >> 6] |= w
                     start = stop
         sent[grp] = count
+    return bad
 
 
 @serial_and_parallel
@@ -109,19 +121,36 @@ def select(acc: np.ndarray, grad: np.ndarray, bin_size: int) -> tuple[np.float32
     serial (thread CPU time) against 174 ms with the per-element branch this replaced; 35 ms
     against 92 ms with the parallel build on 2 cores (wall), copy_ 9 ms. The two passes are
     bitwise the numpy reference (tests/references.py)."""
+    return _select(acc, grad, bin_size, False, True)[:2]
+
+
+def fold_select(acc: np.ndarray, grad: np.ndarray, keep: bool,
+                bin_size: int) -> tuple[np.float32, np.ndarray] | None:
+    """``compensate_cpu.fold(acc, grad, keep)`` then ``select(acc, grad, bin_size)``, bitwise,
+    with the fold inside the first pass; None when ``grad`` holds NaN or Inf (``acc`` then
+    holds anything). Measured against the two calls, medians, same process: 2.4M elements in
+    cache, bins of 500, 1.13 ms against 1.49; bins of 50, 1.91 against 1.97; 25M elements,
+    serial, bins of 500, 35 ms against 43; bins of 50, within noise (43 against 42)."""
+    scale, codes, bad = _select(acc, grad, bin_size, True, keep)
+    return None if bad else (scale, codes)
+
+
+def _select(acc, grad, bin_size, fold, keep):
     bins = (acc.size + bin_size - 1) // bin_size
     group_bins = _group_bins(bin_size)
     group_words = group_bins * bin_size // 64
     gmax = np.empty(bins, np.float32)
     masks = np.zeros((acc.size + 63) // 64, np.uint64)
     sent = np.empty((bins + group_bins - 1) // group_bins, np.int64)
-    _bin_max_and_mask(acc, grad, bin_size, group_bins, gmax, masks, sent)
+    bad = _bin_max_and_mask(acc, grad, bin_size, group_bins, gmax, masks, sent, fold, keep)
+    if bad:
+        return np.float32(0), np.empty(0, np.int32), bad
     scale = np.float32(gmax.mean(dtype=np.float64)) if bins else np.float32(0)
     offsets = np.zeros(sent.size, np.int64)
     np.cumsum(sent[:-1], out=offsets[1:])
     codes = np.empty(int(sent.sum()), np.int32)
     _emit(acc, masks, group_words, offsets, sent, scale, codes)
-    return scale, codes
+    return scale, codes, 0
 
 
 @njit(cache=True)

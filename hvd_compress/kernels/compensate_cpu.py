@@ -16,7 +16,7 @@ from numba import prange
 
 from .threads import serial_and_parallel
 
-_FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
+FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
 
 
 @serial_and_parallel
@@ -25,7 +25,7 @@ def _add(acc, grad):
     for i in prange(acc.size):
         g = grad[i]
         acc[i] += g
-        bad += not (abs(g) <= _FLOAT32_MAX)  # false for NaN and +-Inf
+        bad += not (abs(g) <= FLOAT32_MAX)  # false for NaN and +-Inf
     return bad
 
 
@@ -35,7 +35,7 @@ def _copy(acc, grad):
     for i in prange(acc.size):
         g = grad[i]
         acc[i] = g
-        bad += not (abs(g) <= _FLOAT32_MAX)
+        bad += not (abs(g) <= FLOAT32_MAX)
     return bad
 
 

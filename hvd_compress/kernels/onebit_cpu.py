@@ -9,6 +9,7 @@ and ``high`` (bit set). ``acc`` is left holding acc - rebuilt: the new residual.
 import numpy as np
 from numba import njit, prange
 
+from .compensate_cpu import FLOAT32_MAX
 from .threads import serial_and_parallel
 
 _CHUNKS = 64  # partial sums per chunk, added up afterwards, keep the passes parallel
@@ -17,20 +18,31 @@ _CHUNKS = 64  # partial sums per chunk, added up afterwards, keep the passes par
 # Reassociation lets LLVM vectorize the float64 sums: 25M elements, serial, 156 ms without it,
 # 9 ms with it. Each rank's scales travel in its payload, so the order of additions never has
 # to match between ranks.
+#
+# With ``fold``, each element is first folded: ``acc += grad`` (``keep``) or ``acc = grad``,
+# and the non-finite entries of ``grad`` are counted (the second result), so the residual's
+# fold and the finite check cost no pass of their own.
 @serial_and_parallel(fastmath={"reassoc"})
-def _partial_sums(acc, groups):
+def _partial_sums(acc, grad, groups, fold, keep):
     n = acc.size
     step = (n + _CHUNKS - 1) // _CHUNKS
     # per chunk and group: sum of negatives, sum of non-negatives, count of non-negatives
     sums = np.zeros((_CHUNKS, groups, 3))
+    bad = 0
     for c in prange(_CHUNKS):
         chunk = acc[c * step:(c + 1) * step]  # loops over a slice from 0 vectorize
+        d = grad[c * step:(c + 1) * step]
         if groups == 1:  # the common case, kept in registers and branch-free
             total = 0.0
             non_negatives = 0.0
             count = 0.0
             for i in range(chunk.size):
-                v = np.float64(chunk[i])
+                x = chunk[i]
+                if fold:  # loop-invariant: compiled as two loops
+                    x = x + d[i] if keep else d[i]
+                    chunk[i] = x
+                    bad += not (abs(d[i]) <= FLOAT32_MAX)  # false for NaN and +-Inf
+                v = np.float64(x)
                 up = v >= 0
                 total += v
                 non_negatives += v * up
@@ -39,6 +51,10 @@ def _partial_sums(acc, groups):
             sums[c, 0, 1] = non_negatives
             sums[c, 0, 2] = count
         else:
+            if fold:
+                for i in range(chunk.size):
+                    chunk[i] = chunk[i] + d[i] if keep else d[i]
+                    bad += not (abs(d[i]) <= FLOAT32_MAX)
             g = (c * step) % groups
             for i in range(chunk.size):
                 v = chunk[i]
@@ -50,7 +66,7 @@ def _partial_sums(acc, groups):
                 g += 1
                 if g == groups:
                     g = 0
-    return sums
+    return sums, bad
 
 
 @njit(cache=True)
@@ -65,7 +81,15 @@ def _unpack_add(values, packed, low, high, g):
     (the group of values[0]) modulo the group count."""
     groups = low.size
     lo, hi = low[0], high[0]
-    for b in range(packed.size):
+    start = 0
+    if groups == 1:  # whole bytes with a constant trip count of 8, which LLVM vectorizes:
+        # measured, 2 payloads of 2.4M elements, serial, 0.68 ms against 1.0 ms
+        start = min(packed.size, values.size // 8)
+        for b in range(start):
+            byte = np.int64(packed[b])
+            for j in range(8):
+                values[8 * b + j] += hi if (byte >> j) & 1 else lo
+    for b in range(start, packed.size):
         byte = np.int64(packed[b])
         for j in range(min(8, values.size - 8 * b)):
             if groups > 1:
@@ -149,11 +173,29 @@ def group_sizes(n: int, groups: int) -> np.ndarray:
 
 def quantize(acc: np.ndarray, groups: int, scaling: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (low, high, packed bits) and leaves the residual in ``acc``."""
-    negatives, non_negatives, count_high = _partial_sums(acc, groups).sum(axis=0).T
+    return _quantize(acc, acc, groups, scaling, False, True)[:3]
+
+
+def fold_quantize(acc: np.ndarray, grad: np.ndarray, keep: bool, groups: int,
+                  scaling: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``compensate_cpu.fold(acc, grad, keep)`` then ``quantize(acc, groups, scaling)``,
+    bitwise, with the fold inside the first pass (two passes over the data instead of three);
+    None when ``grad`` holds NaN or Inf (``acc`` then holds anything). Measured, 25M elements,
+    serial: the fused fold and sums 7.4-8.2 ms, against 6.7-7.1 ms for the fold and 5.2 ms
+    for the sums apart."""
+    low, high, bits, bad = _quantize(acc, grad, groups, scaling, True, keep)
+    return None if bad else (low, high, bits)
+
+
+def _quantize(acc, grad, groups, scaling, fold, keep):
+    sums, bad = _partial_sums(acc, grad, groups, fold, keep)
+    if bad:
+        return None, None, None, bad
+    negatives, non_negatives, count_high = sums.sum(axis=0).T
     low, high = scales(negatives, non_negatives, count_high, group_sizes(acc.size, groups), scaling)
     bits = np.empty((acc.size + 7) // 8, np.uint8)
     _bits(acc, bits, low, high, True)
-    return low, high, bits
+    return low, high, bits, 0
 
 
 def dequantize_add(bits: np.ndarray, low: np.ndarray, high: np.ndarray, out: np.ndarray) -> None:

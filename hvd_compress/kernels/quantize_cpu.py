@@ -39,36 +39,43 @@ def bucket_scales(acc: np.ndarray, bucket: int, l2: bool) -> np.ndarray:
 
 @serial_and_parallel
 def _codes(values, codes, scales, bucket, bits, table, mode, levels, clip, seed, mids, encode):
-    """encode: set ``codes`` from ``values`` and subtract what they stand for from ``values``;
-    else: add what ``codes`` stand for to ``values``."""
+    """encode: set ``codes`` (zeroed) from ``values`` and subtract what they stand for from
+    ``values``; else: add what ``codes`` stand for to ``values``.
+
+    A chunk's range is walked one bucket segment at a time: what each field stands for in the
+    segment's bucket, float32(table[field] * scale), is computed once into a table of 2**bits
+    values, and the element loop only looks it up (the same float32 the element would compute).
+    Measured, 25M elements, 8-bit codes, parallel build on 2 cores: QSGD decode 144 ms before
+    (a bucket test and a float64 product per element, byte by byte), see bench/kernels.py."""
     n = values.size
     per = 8 // bits
+    log_per = 0 if per == 1 else 2  # entry t is in byte t >> log_per: no division per entry
     mask = (1 << bits) - 1
     step = (codes.size + _CHUNKS - 1) // _CHUNKS  # in bytes
     for c in prange(_CHUNKS):
-        first = min(codes.size, c * step)
-        k = first * per // bucket
-        end = (k + 1) * bucket
-        scale = np.float64(scales[k]) if first < codes.size else 0.0
-        inv, emax = _constants(scale, levels)
-        for b in range(first, min(codes.size, first + step)):
-            byte = 0 if encode else np.int64(codes[b])
-            for j in range(min(per, n - per * b)):
-                i = per * b + j
-                if i == end:
-                    k += 1
-                    end += bucket
-                    scale = np.float64(scales[k])
-                    inv, emax = _constants(scale, levels)
-                if encode:
-                    x = values[i]
-                    field = _element(mode, x, inv, levels, clip, emax, seed, i, mids) & mask
-                    byte |= field << (bits * j)
-                    values[i] = x - np.float32(table[field] * scale)
-                else:
-                    values[i] += np.float32(table[(byte >> (bits * j)) & mask] * scale)
+        i = min(n, c * step * per)
+        stop = min(n, (c + 1) * step * per)
+        stands = np.empty(mask + 1, np.float32)
+        while i < stop:
+            k = i // bucket
+            end = min(stop, (k + 1) * bucket)
+            scale = np.float64(scales[k])
+            for f in range(mask + 1):
+                stands[f] = np.float32(table[f] * scale)
             if encode:
-                codes[b] = byte
+                inv, emax = _constants(scale, levels)
+                for t in range(i, end):
+                    x = values[t]
+                    field = _element(mode, x, inv, levels, clip, emax, seed, t, mids) & mask
+                    codes[t >> log_per] |= field << (bits * (t & (per - 1)))
+                    values[t] = x - stands[field]
+            elif per == 1:
+                for t in range(i, end):
+                    values[t] += stands[codes[t]]
+            else:
+                for t in range(i, end):
+                    values[t] += stands[(codes[t >> log_per] >> (bits * (t & (per - 1)))) & mask]
+            i = end
 
 
 def host(array: np.ndarray) -> np.ndarray:
@@ -81,7 +88,7 @@ def device(array: np.ndarray) -> np.ndarray:
 
 def codes(acc, scales, bucket, bits, table, mode, levels, clip, seed, mids) -> np.ndarray:
     """The packed codes of ``acc``; leaves the residual in ``acc``."""
-    out = np.empty(-(-acc.size // (8 // bits)), np.uint8)
+    out = np.zeros(-(-acc.size // (8 // bits)), np.uint8)
     _codes(acc, out, scales, bucket, bits, table, mode, levels, clip, seed, mids, True)
     return out
 

@@ -32,6 +32,13 @@ def threads_per_rank() -> int:
     return max(1, min(numba.config.NUMBA_NUM_THREADS, cores // local_ranks))
 
 
+def workers(size: int) -> int:
+    """How many threads a kernel of ``serial_and_parallel`` runs on for an array of ``size``
+    elements: 1 (the serial build) or this rank's share of the cores (the parallel one)."""
+    threads = threads_per_rank()
+    return 1 if threads < 2 or size < PARALLEL_MIN else threads
+
+
 def serial_and_parallel(fn: Callable | None = None, *, fastmath: bool | set = False) -> Callable:
     """Compiles ``fn`` (written with ``prange``) twice; the result dispatches on ``arg0.size``.
     ``fastmath`` is Numba's: ``{"reassoc"}`` lets LLVM vectorize a floating-point sum (a
@@ -47,8 +54,8 @@ def serial_and_parallel(fn: Callable | None = None, *, fastmath: bool | set = Fa
     parallel = njit(cache=True, parallel=True, fastmath=fastmath)(twin)
 
     def dispatch(*args):
-        threads = threads_per_rank()
-        if threads < 2 or args[0].size < PARALLEL_MIN:
+        threads = workers(args[0].size)
+        if threads == 1:
             return serial(*args)
         numba.set_num_threads(threads)  # per calling thread in Numba, so set on every call
         return parallel(*args)

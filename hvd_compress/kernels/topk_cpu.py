@@ -1,12 +1,21 @@
 """Top-k selection with error feedback on the CPU (Numba).
 
 ``acc`` holds gradient + residual. Selection copies the chosen entries out and zeroes them in
-``acc``, which leaves exactly the new residual there: one pass over the data does both.
+``acc``, which leaves exactly the new residual there.
+
+``fold_topk_sampled`` does the whole step in one pass over the data: it estimates the
+threshold from a strided sample of gradient + residual first (1% of the entries, read where
+they lie), then one kernel adds the gradient into the residual, counts non-finite entries and
+takes every entry at or above the threshold, a block of elements at a time while the block is
+in cache. Done apart (the fold, a count pass, a take pass) that was three passes over the
+data, and the take pass's per-element branches made it the slowest of them.
 """
 import numpy as np
 from numba import njit, prange
+from numba.cpython.unsafe.numbers import trailing_zeros  # LLVM's cttz
 
-from .threads import serial_and_parallel
+from .compensate_cpu import FLOAT32_MAX, fold
+from .threads import serial_and_parallel, workers
 
 # Work is split into this many contiguous chunks so that two passes (count, then write) can run
 # in parallel and still emit indices in ascending order. Inner loops run over a slice from 0:
@@ -112,14 +121,105 @@ def topk_sampled(acc: np.ndarray, k: int, sample_fraction: float = 0.01) -> tupl
     count = int(above.sum() + equal.sum())
     if count < 0.8 * k or thr == 0.0:
         return topk_exact(acc, k)
-    values, indices = _select(acc, thr, above, equal, count)
-    if count > 1.3 * k:  # keep the k largest candidates (all >= thr, so globally the largest)
-        order = np.argsort(-np.abs(values), kind="stable")
-        dropped = order[k:]
-        acc[indices[dropped]] = values[dropped]  # not sent: back into the residual
-        kept = np.sort(order[:k])
-        return values[kept], indices[kept]
-    return values, indices
+    # more than 1.3k: the k largest candidates (all >= thr, so globally the largest)
+    return _cut(acc, *_select(acc, thr, above, equal, count), k)
+
+
+_ONE = np.uint64(1)
+
+
+@serial_and_parallel
+def _fold_take(acc, grad, keep, thr, values, indices, counts):
+    """Per part of ``acc`` (``counts.size`` contiguous parts, one per thread): ``acc += grad``
+    (``keep``) or ``acc = grad``, and every entry with |acc| >= thr taken: value and index into
+    the part's slice of ``values``/``indices``, zeroed in ``acc``. A part whose slice is full
+    takes no more but goes on counting: ``counts`` holds how many each part found. Returns the
+    number of non-finite entries of ``grad``.
+
+    64 elements at a time: the fold, the finite count and a 64-bit word of "taken" bits are
+    one branch-free loop, which vectorizes; then each set bit is found by count-trailing-zeros
+    (as adacomp_cpu._emit does), so the only data-dependent branch is one loop exit per word.
+    Measured, 2.4M Gaussian elements at the 1% threshold, serial: 1.12 ms, against 1.70 ms
+    with a per-element branch over blocks holding a candidate, 2.0 ms with a branch-free
+    per-element take, and 0.45 ms for the fold alone."""
+    n = acc.size
+    parts = counts.size
+    step = (n + parts - 1) // parts
+    step = (step + 63) // 64 * 64  # parts start on a word
+    room = values.size // parts
+    bad = 0
+    for c in prange(parts):
+        end = min(n, (c + 1) * step)
+        taken = 0
+        for lo in range(c * step, end, 64):
+            a = acc[lo:min(lo + 64, end)]  # loops over a slice from 0 vectorize
+            g = grad[lo:min(lo + 64, end)]
+            word = np.uint64(0)
+            for i in range(a.size):
+                v = a[i] + g[i] if keep else g[i]
+                a[i] = v
+                bad += not (abs(g[i]) <= FLOAT32_MAX)  # false for NaN and +-Inf
+                word |= np.uint64(abs(v) >= thr) << np.uint64(i)
+            while word:
+                i = trailing_zeros(word)
+                word &= word - _ONE
+                if taken < room:
+                    values[c * room + taken] = a[i]
+                    indices[c * room + taken] = lo + i
+                    a[i] = 0.0
+                taken += 1
+        counts[c] = taken
+    return bad
+
+
+def fold_topk_sampled(acc: np.ndarray, grad: np.ndarray, keep: bool, k: int,
+                      sample_fraction: float = 0.01) -> tuple[np.ndarray, np.ndarray] | None:
+    """``fold(acc, grad, keep)`` then ``topk_sampled(acc, k)``, in one pass over the data where
+    the estimate holds; bitwise their result. None when ``grad`` holds NaN or Inf (``acc`` then
+    holds anything).
+
+    The threshold comes from the sample of gradient + residual the two calls would draw. Where
+    the fused pass finds fewer than 0.8k candidates, or more than its room for 2k, the taken
+    entries go back into ``acc`` and the exact selection decides, as ``topk_sampled`` does.
+
+    Measured against the two calls, medians, same process: 2.4M elements in cache, 0.8-1.3 ms
+    against 1.5-2.2 ms; 25M elements, serial, 12-21 ms against 22-44 ms (this machine's noise
+    is the spread). In the compressed path of ResNet-18's 21 compressed tensors (np=2 emulated
+    in one process), encoding fell from 22-25 ms a step to 13-14 ms."""
+    n = acc.size
+    stride = max(1, int(1.0 / sample_fraction))
+    sample = acc[::stride] + grad[::stride] if keep else grad[::stride]
+    thr = np.float32(kth_largest_magnitude(sample, max(1, int(round(k * sample.size / n)))))
+    if not thr > 0:  # zero, or NaN from a non-finite sample
+        return None if fold(acc, grad, keep) else topk_exact(acc, k)
+    parts = workers(n)
+    room = 2 * k
+    values = np.empty(parts * room, np.float32)
+    indices = np.empty(parts * room, np.int32)
+    counts = np.zeros(parts, np.int64)
+    if _fold_take(acc, grad, keep, thr, values, indices, counts):
+        return None
+    taken = [slice(c * room, c * room + min(counts[c], room)) for c in range(parts)]
+    values = np.concatenate([values[s] for s in taken]) if parts > 1 else values[taken[0]]
+    indices = np.concatenate([indices[s] for s in taken]) if parts > 1 else indices[taken[0]]
+    count = int(counts.sum())
+    if count < 0.8 * k or count > values.size:
+        acc[indices] = values  # not sent: back into the residual
+        return topk_exact(acc, k)
+    return _cut(acc, values, indices, k)
+
+
+def _cut(acc: np.ndarray, values: np.ndarray, indices: np.ndarray,
+         k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates (every entry >= a threshold, in index order, taken out of ``acc``), or
+    the k largest of them when there are more than 1.3k; the others go back into ``acc``."""
+    if values.size <= 1.3 * k:
+        return values, indices
+    order = np.argsort(-np.abs(values), kind="stable")
+    dropped = order[k:]
+    acc[indices[dropped]] = values[dropped]  # not sent: back into the residual
+    kept = np.sort(order[:k])
+    return values[kept], indices[kept]
 
 
 def select(acc: np.ndarray, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..compressor import Compressor, is_int, require
-from ..kernels import arrays
+from ..kernels import adacomp_cpu, arrays
 
 CONV_BIN, FC_BIN = 50, 500
 # The share of entries AdaComp sends adapts to the gradient. Measured over the first 4 steps of
@@ -60,10 +60,23 @@ class AdaComp(Compressor):
 
     def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
         grad32 = grad.to(torch.float32)  # no copy for fp32 gradients
-        scale, codes = arrays.kernels("adacomp", acc).select(
-            arrays.view(acc), arrays.view(grad32), self.bin_for(shape))
-        scale = torch.tensor([scale], dtype=torch.float32, device=acc.device)
-        return arrays.join([scale, arrays.tensor(codes, acc)])
+        return self._payload(*arrays.kernels("adacomp", acc).select(
+            arrays.view(acc), arrays.view(grad32), self.bin_for(shape)), acc)
+
+    def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+                    keep: bool) -> torch.Tensor | None:
+        # On fp32 CPU gradients the fold and the finite check run inside the selection's
+        # first pass, a bin at a time (kernels/adacomp_cpu.py, fold_select).
+        if arrays.on_cuda(acc) or grad.dtype != torch.float32:
+            return super().fold_encode(acc, grad, shape, keep)
+        selected = adacomp_cpu.fold_select(arrays.view(acc), arrays.view(grad), keep,
+                                           self.bin_for(shape))
+        return None if selected is None else self._payload(*selected, acc)
+
+    @staticmethod
+    def _payload(scale: float, codes, like: torch.Tensor) -> torch.Tensor:
+        scale = torch.tensor([scale], dtype=torch.float32, device=like.device)
+        return arrays.join([scale, arrays.tensor(codes, like)])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         arrays.kernels("adacomp", out).decode_add(

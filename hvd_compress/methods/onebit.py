@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..compressor import Compressor, one_of
-from ..kernels import arrays
+from ..kernels import arrays, onebit_cpu
 
 SCALINGS = ("means", "l1")
 GRANULARITIES = ("tensor", "column")
@@ -57,6 +57,16 @@ class OneBit(Compressor):
         low, high, bits = arrays.kernels("onebit", acc).quantize(
             arrays.view(acc), self.groups(acc.numel(), shape), self.scaling)
         return arrays.join([arrays.tensor(a, acc) for a in (low, high, bits)])
+
+    def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+                    keep: bool) -> torch.Tensor | None:
+        # On fp32 CPU gradients the fold and the finite check run inside the pass that sums
+        # the signs' groups (kernels/onebit_cpu.py, fold_quantize).
+        if arrays.on_cuda(acc) or grad.dtype != torch.float32:
+            return super().fold_encode(acc, grad, shape, keep)
+        quantized = onebit_cpu.fold_quantize(arrays.view(acc), arrays.view(grad), keep,
+                                             self.groups(acc.numel(), shape), self.scaling)
+        return None if quantized is None else arrays.join([torch.from_numpy(a) for a in quantized])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         groups = self.groups(out.numel(), shape)

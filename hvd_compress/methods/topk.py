@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..compressor import Compressor, one_of, require
-from ..kernels import arrays
+from ..kernels import arrays, topk_cpu
 
 SELECTIONS = ("sampled", "exact")
 
@@ -52,6 +52,18 @@ class TopK(Compressor):
         values, indices = kernels.select(arrays.view(acc), self.k(acc.numel()),
                                          self.selection == "exact")
         return arrays.join([arrays.tensor(values, acc), arrays.tensor(indices, acc)])
+
+    def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+                    keep: bool) -> torch.Tensor | None:
+        # The sampled selection on fp32 CPU gradients folds, checks and selects in one pass
+        # (kernels/topk_cpu.py, fold_topk_sampled).
+        if self.selection != "sampled" or arrays.on_cuda(acc) or grad.dtype != torch.float32:
+            return super().fold_encode(acc, grad, shape, keep)
+        selected = topk_cpu.fold_topk_sampled(arrays.view(acc), arrays.view(grad), keep,
+                                              self.k(acc.numel()))
+        if selected is None:
+            return None
+        return arrays.join([torch.from_numpy(part) for part in selected])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         count = payload.numel() // 8
