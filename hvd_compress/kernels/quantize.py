@@ -137,16 +137,15 @@ def make_element(uniform):
         q = np.float64(a) * inv
         if not q > 0:  # zero, NaN, or a bucket with scale 0 or non-finite
             return 0
-        if mode == NEAREST:  # how many midpoints lie below q: a binary search whose steps
-            # depend only on the table's size, the comparison taken as a number, not a branch
-            # (random entries mispredicted about every step: u8bit encoded 25M entries in 470 ms)
+        if mode == NEAREST:  # how many midpoints lie below q
             lo = 0
-            size = mids.size
-            while size > 1:
-                half = size // 2
-                lo += half * (mids[lo + half] < q)
-                size -= half
-            lo += mids[lo] < q
+            hi = mids.size
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if mids[mid] < q:
+                    lo = mid + 1
+                else:
+                    hi = mid
             return -lo if x < 0 else lo
         if q >= levels:
             level = levels

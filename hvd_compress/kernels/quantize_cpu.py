@@ -45,8 +45,11 @@ def _codes(values, codes, scales, bucket, bits, table, mode, levels, clip, seed,
     A chunk's range is walked one bucket segment at a time: what each field stands for in the
     segment's bucket, float32(table[field] * scale), is computed once into a table of 2**bits
     values, and the element loop only looks it up (the same float32 the element would compute).
-    Measured, 25M elements, 8-bit codes, parallel build on 2 cores: QSGD decode 144 ms before
-    (a bucket test and a float64 product per element, byte by byte), see bench/kernels.py."""
+    Measured by bench/kernels.py, 4 payloads of 25M elements decoded and summed, parallel build
+    on 2 cores, against the byte-by-byte loop this replaced (a bucket test and a float64
+    product per element): QSGD 41 ms against 144, u8bit 39 against 144, natural 40 against
+    140, TernGrad (2-bit codes) 54 against 71. Encoding gains little: its element function (the
+    counter-based draw, u8bit's binary search over 126 midpoints) is the cost."""
     n = values.size
     per = 8 // bits
     log_per = 0 if per == 1 else 2  # entry t is in byte t >> log_per: no division per entry
