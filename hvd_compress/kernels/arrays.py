@@ -19,6 +19,12 @@ def view(tensor: torch.Tensor):
     return tensor.detach().numpy()
 
 
+def one_pass_cpu(acc: torch.Tensor, grad: torch.Tensor) -> bool:
+    """Whether a method's one-pass CPU kernel (``Compressor.fold_encode``) can fold ``grad``
+    into ``acc``: a CPU residual and an fp32 gradient. Others fold in a pass of their own."""
+    return not on_cuda(acc) and grad.dtype == torch.float32
+
+
 def tensor(array, like: torch.Tensor) -> torch.Tensor:
     """A torch tensor sharing ``array``'s memory, on ``like``'s device."""
     if on_cuda(like):

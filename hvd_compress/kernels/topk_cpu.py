@@ -200,8 +200,8 @@ def fold_topk_sampled(acc: np.ndarray, grad: np.ndarray, keep: bool, k: int,
     if _fold_take(acc, grad, keep, thr, values, indices, counts):
         return None
     taken = [slice(c * room, c * room + min(counts[c], room)) for c in range(parts)]
-    values = np.concatenate([values[s] for s in taken]) if parts > 1 else values[taken[0]]
-    indices = np.concatenate([indices[s] for s in taken]) if parts > 1 else indices[taken[0]]
+    values = np.concatenate([values[s] for s in taken])
+    indices = np.concatenate([indices[s] for s in taken])
     count = int(counts.sum())
     if count < 0.8 * k or count > values.size:
         acc[indices] = values  # not sent: back into the residual

@@ -67,7 +67,7 @@ class AdaComp(Compressor):
                     keep: bool) -> torch.Tensor | None:
         # On fp32 CPU gradients the fold and the finite check run inside the selection's
         # first pass, a bin at a time (kernels/adacomp_cpu.py, fold_select).
-        if arrays.on_cuda(acc) or grad.dtype != torch.float32:
+        if not arrays.one_pass_cpu(acc, grad):
             return super().fold_encode(acc, grad, shape, keep)
         selected = adacomp_cpu.fold_select(arrays.view(acc), arrays.view(grad), keep,
                                            self.bin_for(shape))

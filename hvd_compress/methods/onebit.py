@@ -62,11 +62,11 @@ class OneBit(Compressor):
                     keep: bool) -> torch.Tensor | None:
         # On fp32 CPU gradients the fold and the finite check run inside the pass that sums
         # the signs' groups (kernels/onebit_cpu.py, fold_quantize).
-        if arrays.on_cuda(acc) or grad.dtype != torch.float32:
+        if not arrays.one_pass_cpu(acc, grad):
             return super().fold_encode(acc, grad, shape, keep)
         quantized = onebit_cpu.fold_quantize(arrays.view(acc), arrays.view(grad), keep,
                                              self.groups(acc.numel(), shape), self.scaling)
-        return None if quantized is None else arrays.join([torch.from_numpy(a) for a in quantized])
+        return None if quantized is None else arrays.join([arrays.tensor(a, acc) for a in quantized])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         groups = self.groups(out.numel(), shape)

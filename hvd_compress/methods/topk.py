@@ -57,13 +57,13 @@ class TopK(Compressor):
                     keep: bool) -> torch.Tensor | None:
         # The sampled selection on fp32 CPU gradients folds, checks and selects in one pass
         # (kernels/topk_cpu.py, fold_topk_sampled).
-        if self.selection != "sampled" or arrays.on_cuda(acc) or grad.dtype != torch.float32:
+        if self.selection != "sampled" or not arrays.one_pass_cpu(acc, grad):
             return super().fold_encode(acc, grad, shape, keep)
         selected = topk_cpu.fold_topk_sampled(arrays.view(acc), arrays.view(grad), keep,
                                               self.k(acc.numel()))
         if selected is None:
             return None
-        return arrays.join([torch.from_numpy(part) for part in selected])
+        return arrays.join([arrays.tensor(a, acc) for a in selected])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         count = payload.numel() // 8
