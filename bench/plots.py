@@ -143,26 +143,35 @@ def cost_model(result: dict) -> list[str]:
 
 
 def time_to_accuracy(result: dict) -> list[str]:
-    """Per workload: quality against training seconds, one line per method (dashed: the DDP
-    peer), one panel per world size and link rate, the target as a horizontal line. Runs of
-    --quick and of the full sweep are drawn apart (the full ones when both exist)."""
-    from time_to_accuracy import WORKLOADS, quality_target
+    """Per workload: quality against training seconds, one line per method (its median run:
+    the seed whose final quality is the median of its seeds'; dash-dotted, the DDP peer), one
+    panel per world size and link rate, the rest of the catalogue in a panel of its own beside
+    uncompressed Horovod, the target as a horizontal line. Runs of --quick and of the full
+    sweep are drawn apart (the full ones when both exist)."""
+    from time_to_accuracy import CATALOGUE, METHODS, WORKLOADS, quality_target
 
     runs = list(result["cells"].values())
+    rest = set(CATALOGUE) - set(METHODS)
     paths = []
     for workload in dict.fromkeys(c["workload"] for c in runs):
         cells = [c for c in runs if c["workload"] == workload]
         if any(not c["quick"] for c in cells):
             cells = [c for c in cells if not c["quick"]]
         series = WORKLOADS[workload]["quality"]
-        panels = sorted({(c["np"], c["rate_mbit"]) for c in cells}, key=lambda k: (k[0], by_rate(k[1])))
-        fig, axes = _panels(panels, lambda k: f"{workload}, np={k[0]}, {rate_label(k[1])}")
-        for (np_, rate), ax in axes.items():
+        panels = sorted({(c["np"], c["rate_mbit"], c["method"] in rest) for c in cells},
+                        key=lambda k: (k[0], by_rate(k[1]), k[2]))
+        fig, axes = _panels(panels, lambda k: f"{workload}, np={k[0]}, {rate_label(k[1])}"
+                            + (", rest of the catalogue" if k[2] else ""))
+        for (np_, rate, catalogue), ax in axes.items():
             here = [c for c in cells if (c["np"], c["rate_mbit"]) == (np_, rate)]
-            for c in here:
-                seconds = [t for _, t in c["train_seconds"]]
-                ax.plot(seconds, [q for _, q in c[series]], marker=".", label=c["method"],
-                        linestyle="--" if c["method"].startswith("ddp:") else "-")
+            methods = [m for m in dict.fromkeys(c["method"] for c in here)
+                       if (m in rest) == catalogue or m == "none"]
+            for i, method in enumerate(methods):
+                mine = sorted((c for c in here if c["method"] == method), key=lambda c: c[series][-1][1])
+                c = mine[(len(mine) - 1) // 2]
+                ax.plot([t for _, t in c["train_seconds"]], [q for _, q in c[series]], marker=".",
+                        color=f"C{i % 10}", label=method + (f" (median of {len(mine)})" if len(mine) > 1 else ""),
+                        linestyle="-." if method.startswith("ddp:") else "-" if i < 10 else "--")
             target = quality_target(here[0], here)
             if target is not None:
                 ax.axhline(target, color="grey", linewidth=0.8)
@@ -174,7 +183,7 @@ def time_to_accuracy(result: dict) -> list[str]:
                 ax.set_ylim(94, 100)
             else:
                 ax.set_yscale("log")
-        axes[panels[-1]].legend(fontsize=7)
+            ax.legend(fontsize=6)
         paths.append(_save(fig, f"time_to_accuracy_{workload}.png"))
     return paths
 

@@ -8,6 +8,7 @@ missing results file leaves its table as it is.
 import os
 import re
 
+import hvd_compress
 from common import RESULTS, by_rate, load, longest_run, rate_label
 
 README = os.path.join(os.path.dirname(RESULTS), "..", "README.md")
@@ -308,7 +309,8 @@ def compression_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-PAPER_ADACOMP = {"conv": "about 40x", "fc": "about 200x"}
+# the paper's bins: 50 elements for convolutions, 500 for fully connected and recurrent layers
+PAPER_ADACOMP = {"conv": "about 40x", "fc": "about 200x", "LSTM": "about 200x"}
 
 
 def adacomp_layers_table(result: dict) -> str:
@@ -331,34 +333,47 @@ def _adacomp_layers(cells: list[dict], kind, missing: str) -> str:
 
 
 def ptb_adacomp_layers_table(result: dict) -> str:
-    cells = sorted((c for c in _time_to_accuracy_runs(result) if c["workload"] == "ptb"
+    from time_to_accuracy import SEED
+
+    cells = sorted((c for c in _time_to_accuracy_runs(result) if c["workload"] == "ptb" and c["seed"] == SEED
                     and c["method"] == "adacomp" and c["rate_mbit"] == 100), key=lambda c: c["np"])
-    return _adacomp_layers(cells, lambda layer: "fc", "Not measured yet: run `bench/time_to_accuracy.py`.")
+    return _adacomp_layers(cells, lambda layer: "LSTM" if layer.startswith("lstm.") else "fc",
+                           "Not measured yet: run `bench/time_to_accuracy.py`.")
+
+
+def _final(s: dict, digits: int) -> str:
+    """A method's final quality in a cell: the median, and the range where it had several runs."""
+    spread = f" [{s['low']:.{digits}f}-{s['high']:.{digits}f}, {s['runs']} runs]" if s["runs"] > 1 else ""
+    return f"{s['final']:.{digits}f}{spread}"
 
 
 def ptb_convergence_table(result: dict) -> str:
-    """Final validation perplexity of each method on PTB at 100 Mbit/s against uncompressed
-    Horovod in the same cell, with issue 14's targets (within 3%; TopK 0.1% within 5%)."""
+    """Final validation perplexity of each method on PTB at 100 Mbit/s (median over its seeds)
+    against uncompressed Horovod's in the same cell, with issue 14's targets for the compressors
+    with error feedback (within 3%; TopK 0.1% within 5%)."""
+    from time_to_accuracy import summary
+
     runs = [c for c in _time_to_accuracy_runs(result) if c["workload"] == "ptb" and c["rate_mbit"] == 100]
     sizes = sorted({c["np"] for c in runs})
-    final = {(c["np"], c["method"]): c["valid_perplexity"][-1][1] for c in runs}
+    cells = {p: [c for c in runs if c["np"] == p] for p in sizes}
     lines = ["| method | error feedback | " + " | ".join(f"np={p} perplexity | vs `none`" for p in sizes)
              + " | target |", "|---" * (3 + 2 * len(sizes)) + "|"]
     for method in dict.fromkeys(c["method"] for c in runs):
         row, growth = [], []
         for p in sizes:
-            if (p, method) not in final or (p, "none") not in final:
+            mine, dense = summary(method, cells[p]), summary("none", cells[p])
+            if mine is None or dense is None:
                 row += ["", ""]
                 continue
-            growth.append(final[(p, method)] / final[(p, "none")] - 1)
-            row += [f"{final[(p, method)]:.1f}", f"{100 * growth[-1]:+.1f}%"]
-        ablation = "error_feedback=false" in method
+            growth.append(mine["final"] / dense["final"] - 1)
+            row += [_final(mine, 1), f"{100 * growth[-1]:+.1f}%"]
+        feedback = _ours(method) and hvd_compress.from_spec(method).error_feedback
         limit = 0.05 if method == "topk:ratio=0.001" else 0.03
-        target = ("n/a" if ablation or not _ours(method) else
-                  f"<= +{100 * limit:g}%: " + ("met" if len(growth) == len(sizes) and max(growth) <= limit
-                                               else "**not met**"))
-        feedback = "off" if ablation else "on" if _ours(method) else "-"
-        lines.append(f"| `{method}` | {feedback} | " + " | ".join(row) + f" | {target} |")
+        target = "n/a" if not feedback else f"<= +{100 * limit:g}%: " + (
+            "met" if max(growth) <= limit else "**not met**") + ("" if len(growth) == len(sizes) else
+                                                                  " (one world size measured)")
+        lines.append(f"| `{method}` | {'on' if feedback else 'off' if _ours(method) else '-'} | "
+                     + " | ".join(row) + f" | {target} |")
     return "\n".join(lines)
 
 
@@ -369,57 +384,59 @@ def _time_to_accuracy_runs(result: dict) -> list[dict]:
     return [c for c in runs if c["quick"] == (c["workload"] not in full)]
 
 
+def _cell(runs: list[dict], workload: str, p: int, rate: float) -> list[dict]:
+    return [c for c in runs if (c["workload"], c["np"], c["rate_mbit"]) == (workload, p, rate)]
+
+
 def time_to_accuracy_table(result: dict) -> str:
-    from time_to_accuracy import WORKLOADS, seconds_to_target
+    from time_to_accuracy import summary
 
     runs = _time_to_accuracy_runs(result)
     out = []
     for workload in dict.fromkeys(c["workload"] for c in runs):
         cells = [c for c in runs if c["workload"] == workload]
         columns = sorted({(c["np"], c["rate_mbit"]) for c in cells}, key=lambda k: (by_rate(k[1]), -k[0]))
-        series = WORKLOADS[workload]["quality"]
         lines = ["| method | " + " | ".join(f"np={p} {rate_label(r)}: s to target | final" for p, r in columns)
                  + " |", "|---" * (1 + 2 * len(columns)) + "|"]
         for method in dict.fromkeys(c["method"] for c in cells):
             row = []
             for p, r in columns:
-                here = [c for c in cells if (c["np"], c["rate_mbit"]) == (p, r)]
-                cell = next((c for c in here if c["method"] == method), None)
-                dense = next((c for c in here if c["method"] == "none"), None)
-                if cell is None:
+                here = _cell(cells, workload, p, r)
+                mine, dense = summary(method, here), summary("none", here)
+                if mine is None:
                     row += ["", ""]
                     continue
-                seconds = seconds_to_target(cell, here)
-                base = dense and seconds_to_target(dense, here)
-                row += ["not reached" if seconds is None else f"{seconds:.0f}" + (
-                    f" ({base / seconds:.1f}x)" if base else ""), f"{cell[series][-1][1]:.2f}"]
+                base = dense and dense["seconds"]
+                row += ["not reached" if mine["seconds"] is None else f"{mine['seconds']:.0f}" + (
+                    f" ({base / mine['seconds']:.1f}x)" if base else ""), _final(mine, 2)]
             lines.append(f"| `{method}` | " + " | ".join(row) + " |")
         c = cells[0]
         what = ("test accuracy (%); target 98.0%" if workload == "mnist" else
-                "validation perplexity; target: within 5% of what `none` ends with in the same cell")
+                "validation perplexity; target: within 5% of the median of what `none` ends with in the same cell")
         lines += ["", f"{workload.upper()}, `{' '.join(c['options'])}`: training seconds to the target "
                   f"(evaluation excluded; in brackets, how many times sooner than `none`) and the final "
-                  f"{what}. One run per method and cell, by `bench/time_to_accuracy.py`."]
+                  f"{what}. Where a method ran with several seeds, both are medians over them (a run "
+                  f"that never reached the target counts as infinitely late) and the finals' range "
+                  f"follows in brackets; by `bench/time_to_accuracy.py`."]
         out.append("\n".join(lines))
     return "\n\n".join(out)
 
 
 def time_to_accuracy_targets_table(result: dict) -> str:
-    """Issue 14's time targets for each hvd_compress compressor at its defaults."""
-    from time_to_accuracy import seconds_to_target
+    """Issue 14's time targets for each hvd_compress compressor at its defaults (medians over
+    seeds where a method ran with several)."""
+    from time_to_accuracy import summary
 
     runs = _time_to_accuracy_runs(result)
 
     def sooner(method, workload, p, rate, baseline):
-        here = [c for c in runs if (c["workload"], c["np"], c["rate_mbit"]) == (workload, p, rate)]
-        a = next((c for c in here if c["method"] == method), None)
-        b = next((c for c in here if c["method"] == baseline), None)
+        here = _cell(runs, workload, p, rate)
+        a, b = summary(method, here), summary(baseline, here)
         if a is None or b is None:
             return "not measured"
-        ta, tb = seconds_to_target(a, here), seconds_to_target(b, here)
-        if ta is None:
+        if a["seconds"] is None:
             return "never reached"
-        return "baseline never reached" if tb is None else f"{tb / ta:.2f}x"
+        return "baseline never reached" if b["seconds"] is None else f"{b['seconds'] / a['seconds']:.2f}x"
 
     lines = ["| compressor | 100 Mbit/s np=4 sooner than `none` (>= 3x), MNIST / PTB | than `fp16` "
              "(>= 1.5x) | 1 Gbit/s sooner than `none` (>= 1x), np=2 / np=4, MNIST / PTB |",
@@ -438,10 +455,10 @@ def time_to_accuracy_targets_table(result: dict) -> str:
 
 def _against_ddp(runs: list[dict], workload: str) -> str:
     """How many times sooner than DDP's PowerSGD hook our fastest compressor reached the target."""
-    from time_to_accuracy import seconds_to_target
+    from time_to_accuracy import summary
 
-    here = [c for c in runs if (c["workload"], c["np"], c["rate_mbit"]) == (workload, 4, 100)]
-    times = {c["method"]: seconds_to_target(c, here) for c in here}
+    here = _cell(runs, workload, 4, 100)
+    times = {m: summary(m, here)["seconds"] for m in dict.fromkeys(c["method"] for c in here)}
     ours = [(t, m) for m, t in times.items() if _ours(m) and "error_feedback=false" not in m and t is not None]
     peer = times.get("ddp:powersgd:1")
     if not ours or peer is None:

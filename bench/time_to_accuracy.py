@@ -4,6 +4,7 @@ torch DDP's PowerSGD hook among them, at each link rate and world size.
 
     sudo .venv/bin/python bench/time_to_accuracy.py            # the full sweep
     sudo .venv/bin/python bench/time_to_accuracy.py --quick    # np=2, 100 Mbit/s, 3 methods, short runs
+    sudo .venv/bin/python bench/time_to_accuracy.py --workloads ptb --workers 4 --rates 100 --repeats 3
 
 Writes bench/results/time_to_accuracy.json (cached per run: a re-run skips finished runs;
 --fresh starts over) and time_to_accuracy_WORKLOAD.png (quality against training seconds).
@@ -11,7 +12,7 @@ Writes bench/results/time_to_accuracy.json (cached per run: a re-run skips finis
 Targets, read off each run's curve (training seconds: evaluation excluded, as the examples'
 clocks count): MNIST, the first test point at 98.0% accuracy or better; PTB, the first
 validation point within 5% of the perplexity uncompressed Horovod ends with in the same cell.
-What the runs are, chosen so that the sweep fits this 2-core machine:
+What the runs are, chosen for this 2-core machine:
 
 * MNIST: LeNet-5, 3 epochs, 4 test points an epoch (at np=4, 2 epochs of the example's
   recipe end just short of 98%).
@@ -20,12 +21,25 @@ What the runs are, chosen so that the sweep fits this 2-core machine:
   core per worker (at np=4 two workers share a core): the balance of compute and communication
   is a slow network's, not a GPU cluster's on a fast one.
 
+The rest of the catalogue (bench/convergence.py's list, MNIST with the optimizer settings the
+convergence bench gives it) runs in the cell the headline target is about, np=4 at 100 Mbit/s.
+
+Repeats: ``--repeats N`` trains each run with seeds 42 .. 42 + N - 1 (the model's initial
+weights, dropout and, on MNIST, the data order change with it). The default sweep is one seed:
+86 runs, about two hours here (summed wall-clock of the recorded runs); three seeds of the PTB
+cells at 100 Mbit/s take about 90 minutes more. A method's result in a cell is the median over
+its seeds: of the seconds to target (a run that never reached it counts as infinitely late) and
+of the final quality; PTB's target is 5% above the median of what uncompressed Horovod's seeds
+end with.
+
 Every method's kernels are compiled (numba caches them on disk) before the sweep: a first run
 would otherwise charge one method the compile time.
 """
 import argparse
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import ResultCache, rate_label, with_option  # noqa: E402
 from netsim import Cluster, exit_unless_available  # noqa: E402
+from convergence import CATALOGUE, OPTIMIZER  # noqa: E402
 
 EXAMPLES = os.path.join(HERE, "..", "examples")
 WORKLOADS = {
@@ -53,16 +68,38 @@ ABLATIONS = [with_option(c, "error_feedback=false") for c in ("topk:ratio=0.01",
 QUICK_METHODS = ["none", "topk:ratio=0.01", "ddp:powersgd:1"]
 RATES = [100, 1000]
 SIZES = [4, 2]
+CATALOGUE_CELL = (4, 100)  # (np, Mbit/s) where the rest of the catalogue runs
+SEED = 42  # the examples' default; repeat i trains with seed SEED + i
+
+
+def runs_in_cell(run: dict, runs: list[dict]) -> list[dict]:
+    """The runs of ``runs`` in ``run``'s cell (workload, world size, link rate, options), every
+    method and seed."""
+    return [r for r in runs if all(r[k] == run[k] for k in ("workload", "np", "rate_mbit", "options"))]
+
+
+def summary(method: str, cell: list[dict]) -> dict | None:
+    """``method``'s result in one cell's runs: the median over its seeds of the seconds to target
+    (None: most runs never reached it) and of the final quality, the finals' range and the
+    number of runs. None when the method has no run in the cell."""
+    runs = [r for r in cell if r["method"] == method]
+    if not runs:
+        return None
+    seconds = statistics.median(math.inf if t is None else t for t in (seconds_to_target(r, cell) for r in runs))
+    finals = [r[WORKLOADS[r["workload"]]["quality"]][-1][1] for r in runs]
+    return {"seconds": None if math.isinf(seconds) else seconds, "final": statistics.median(finals),
+            "low": min(finals), "high": max(finals), "runs": len(runs)}
 
 
 def quality_target(cell: dict, cells: list[dict]) -> float | None:
     """The quality ``cell``'s run must reach: MNIST's fixed accuracy, or PTB's perplexity
-    within 5% of what uncompressed Horovod ends with in the same cell (None: not run yet)."""
+    within 5% of the median of what uncompressed Horovod's runs end with in the same cell
+    (None: not run yet)."""
     workload = WORKLOADS[cell["workload"]]
     if "target" in workload:
         return workload["target"]
-    dense = next((c for c in cells if _same_cell(c, cell) and c["method"] == "none"), None)
-    return None if dense is None else dense[workload["quality"]][-1][1] * (1 + workload["within"])
+    dense = [c[workload["quality"]][-1][1] for c in runs_in_cell(cell, cells) if c["method"] == "none"]
+    return statistics.median(dense) * (1 + workload["within"]) if dense else None
 
 
 def seconds_to_target(cell: dict, cells: list[dict]) -> float | None:
@@ -77,25 +114,25 @@ def seconds_to_target(cell: dict, cells: list[dict]) -> float | None:
     return None
 
 
-def _same_cell(a: dict, b: dict) -> bool:
-    return all(a[k] == b[k] for k in ("workload", "np", "rate_mbit", "options"))
-
-
-def command(workload: str, method: str, options: list[str], metrics: str) -> list[str]:
+def command(workload: str, method: str, options: list[str], metrics: str, seed: int = SEED) -> list[str]:
+    """The training command; on MNIST a method the convergence bench trains with its own
+    optimizer settings (signSGD's learning rate, DGC without momentum) gets them here too."""
     if method.startswith("ddp:"):
         head = [os.path.join(HERE, "ddp_train.py"), workload, "--hook", method[len("ddp:"):]]
     else:
         head = [os.path.join(EXAMPLES, WORKLOADS[workload]["example"]), "--compression", method]
-    return [sys.executable, *head, *options, "--metrics", metrics]
+        if workload == "mnist":
+            head += OPTIMIZER.get(method, [])
+    return [sys.executable, *head, *options, "--seed", str(seed), "--metrics", metrics]
 
 
-def train(workload: str, method: str, workers: int, rate_mbit: float, options: list[str]) -> dict:
+def train(workload: str, method: str, workers: int, rate_mbit: float, options: list[str], seed: int) -> dict:
     """One run on a fresh cluster: rank 0's curves, plus the run's wall-clock seconds (start-up
     and evaluation included)."""
     with tempfile.TemporaryDirectory() as tmp, Cluster(workers, rate_mbit) as cluster:
         metrics = os.path.join(tmp, "metrics.json")
         started = time.perf_counter()
-        cluster.run(command(workload, method, options, metrics), timeout=3600)
+        cluster.run(command(workload, method, options, metrics, seed), timeout=3600)
         with open(metrics) as f:
             result = json.load(f)
     result["wall_s"] = time.perf_counter() - started
@@ -126,6 +163,7 @@ def main() -> None:
                         help="hvd_compress specs or ddp:HOOK (default: all)")
     parser.add_argument("--workers", nargs="+", type=int, default=SIZES)
     parser.add_argument("--rates", nargs="+", type=float, default=RATES, help="Mbit/s")
+    parser.add_argument("--repeats", type=int, default=1, help="seeds per run (42, 43, ...)")
     args = parser.parse_args()
     exit_unless_available("time_to_accuracy")
     if args.quick:
@@ -137,13 +175,15 @@ def main() -> None:
         for workers in args.workers:
             for workload in args.workloads:
                 methods = args.methods or (QUICK_METHODS if args.quick else METHODS + (
-                    PTB_ONLY + (ABLATIONS if rate == RATES[0] else []) if workload == "ptb" else []))
+                    PTB_ONLY + (ABLATIONS if rate == RATES[0] else []) if workload == "ptb" else [])
+                    + ([m for m in CATALOGUE if m not in METHODS] if (workers, rate) == CATALOGUE_CELL else []))
                 options = WORKLOADS[workload][setting]
-                for method in methods:
-                    key = f"{workload}|np={workers}|{rate_label(rate)}|{method}|{' '.join(options)}"
-                    cells[key] = lambda w=workload, m=method, p=workers, r=rate, o=options: {
-                        "workload": w, "method": m, "np": p, "rate_mbit": r, "options": o,
-                        "quick": args.quick, **train(w, m, p, r, o)}
+                for seed in range(SEED, SEED + args.repeats):
+                    for method in methods:
+                        key = f"{workload}|np={workers}|{rate_label(rate)}|{method}|{' '.join(options)}|seed={seed}"
+                        cells[key] = lambda w=workload, m=method, p=workers, r=rate, o=options, s=seed: {
+                            "workload": w, "method": m, "np": p, "rate_mbit": r, "options": o, "seed": s,
+                            "quick": args.quick, **train(w, m, p, r, o, s)}
     cache = ResultCache("time_to_accuracy", args.fresh)
     missing = {key.split("|")[3] for key in cells if cache.get(key) is None}
     compile_kernels(sorted(missing))

@@ -42,3 +42,24 @@ def test_readme_tables_are_generated_from_the_results():
     with open(report.README) as f:
         readme = f.read()
     assert report.render(readme) == readme, "README tables are stale: run bench/report.py"
+
+
+def _ptb_run(method: str, seed: int, perplexities: list[float]) -> dict:
+    return {"workload": "ptb", "np": 4, "rate_mbit": 100, "options": [], "method": method, "seed": seed,
+            "valid_perplexity": [(i, p) for i, p in enumerate(perplexities)],
+            "train_seconds": [(i, 10.0 * (i + 1)) for i in range(len(perplexities))]}
+
+
+def test_time_to_accuracy_takes_the_median_over_seeds():
+    import time_to_accuracy as tta
+
+    cell = [_ptb_run("none", 42, [900, 600]), _ptb_run("none", 43, [900, 640]), _ptb_run("none", 44, [900, 700]),
+            _ptb_run("topk", 42, [650, 600]), _ptb_run("topk", 43, [700, 660]), _ptb_run("topk", 44, [800, 700])]
+    assert abs(tta.quality_target(cell[0], cell) - 640 * 1.05) < 1e-9  # 5% above none's median
+    topk = tta.summary("topk", cell)
+    # seconds to 672: 10, 20 and never: the median run reached it at 20 s
+    assert topk == {"seconds": 20.0, "final": 660, "low": 600, "high": 700, "runs": 3}
+    assert tta.summary("none", cell)["seconds"] == 20.0  # 600 and 640 meet 672 at the second point
+    cell[4]["valid_perplexity"][-1] = (1, 690)  # now two of three runs never reach the target
+    assert tta.summary("topk", cell)["seconds"] is None
+    assert tta.summary("powersgd", cell) is None
