@@ -143,15 +143,16 @@ def cost_model(result: dict) -> list[str]:
 
 
 def time_to_accuracy(result: dict) -> list[str]:
-    """Per workload: quality against training seconds, one line per method (its median run:
-    the seed whose final quality is the median of its seeds'; dash-dotted, the DDP peer), one
-    panel per world size and link rate, the rest of the catalogue in a panel of its own beside
-    uncompressed Horovod, the target as a horizontal line. Runs of --quick and of the full
-    sweep are drawn apart (the full ones when both exist)."""
+    """Per workload: quality against training seconds, one line per method in the same colour
+    and style in every panel (its median run: the seed whose final quality is the median of its
+    seeds'; dash-dotted, the DDP peer), one panel per world size and link rate, the rest of the
+    catalogue in a panel of its own beside uncompressed Horovod, the target as a horizontal
+    line. Runs of --quick and of the full sweep are drawn apart (the full ones when both exist)."""
     from time_to_accuracy import CATALOGUE, METHODS, WORKLOADS, quality_target
 
     runs = list(result["cells"].values())
     rest = set(CATALOGUE) - set(METHODS)
+    colour = {m: i for i, m in enumerate(dict.fromkeys(METHODS + [c["method"] for c in runs]))}
     paths = []
     for workload in dict.fromkeys(c["workload"] for c in runs):
         cells = [c for c in runs if c["workload"] == workload]
@@ -166,12 +167,12 @@ def time_to_accuracy(result: dict) -> list[str]:
             here = [c for c in cells if (c["np"], c["rate_mbit"]) == (np_, rate)]
             methods = [m for m in dict.fromkeys(c["method"] for c in here)
                        if (m in rest) == catalogue or m == "none"]
-            for i, method in enumerate(methods):
+            for method in methods:
                 mine = sorted((c for c in here if c["method"] == method), key=lambda c: c[series][-1][1])
-                c = mine[(len(mine) - 1) // 2]
+                c, i = mine[(len(mine) - 1) // 2], colour[method]
                 ax.plot([t for _, t in c["train_seconds"]], [q for _, q in c[series]], marker=".",
                         color=f"C{i % 10}", label=method + (f" (median of {len(mine)})" if len(mine) > 1 else ""),
-                        linestyle="-." if method.startswith("ddp:") else "-" if i < 10 else "--")
+                        linestyle="-." if method.startswith("ddp:") else ["-", "--", ":"][i // 10 % 3])
             target = quality_target(here[0], here)
             if target is not None:
                 ax.axhline(target, color="grey", linewidth=0.8)
