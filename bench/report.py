@@ -351,7 +351,7 @@ def ptb_convergence_table(result: dict) -> str:
     """Final validation perplexity of each method on PTB at 100 Mbit/s (median over its seeds)
     against uncompressed Horovod's in the same cell, with issue 14's targets for the compressors
     with error feedback (within 3%; TopK 0.1% within 5%)."""
-    from time_to_accuracy import summary
+    from time_to_accuracy import summary, unigram_perplexity
 
     runs = [c for c in _time_to_accuracy_runs(result) if c["workload"] == "ptb" and c["rate_mbit"] == 100]
     sizes = sorted({c["np"] for c in runs})
@@ -374,6 +374,12 @@ def ptb_convergence_table(result: dict) -> str:
                                                                   " (one world size measured)")
         lines.append(f"| `{method}` | {'on' if feedback else 'off' if _ours(method) else '-'} | "
                      + " | ".join(row) + f" | {target} |")
+    if not runs:
+        return "\n".join(lines)
+    options = runs[0]["options"]
+    fraction = float(options[options.index("--train-fraction") + 1]) if "--train-fraction" in options else 1.0
+    lines += ["", f"Word frequencies alone (a unigram model of the training text these runs use, add-one "
+              f"smoothed) give a validation perplexity of {unigram_perplexity(fraction):.1f}."]
     return "\n".join(lines)
 
 

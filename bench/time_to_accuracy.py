@@ -45,6 +45,8 @@ import sys
 import tempfile
 import time
 
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import ResultCache, rate_label, with_option  # noqa: E402
@@ -112,6 +114,19 @@ def seconds_to_target(cell: dict, cells: list[dict]) -> float | None:
         if (quality >= target) if higher else (quality <= target):
             return seconds
     return None
+
+
+def unigram_perplexity(train_fraction: float) -> float:
+    """PTB's validation perplexity under word frequencies alone (add-one smoothed), counted on
+    the leading ``train_fraction`` of the training text: what a language model reaches by
+    learning only how often each word occurs, the bar the README reads PTB's targets against."""
+    sys.path.insert(0, EXAMPLES)
+    from ptb_data import load_ptb
+
+    vocabulary, streams = load_ptb()
+    train = streams["train"][:int(train_fraction * len(streams["train"]))]
+    counts = torch.bincount(train, minlength=len(vocabulary)).double() + 1
+    return math.exp(-(counts / counts.sum()).log()[streams["valid"]].mean().item())
 
 
 def command(workload: str, method: str, options: list[str], metrics: str, seed: int = SEED) -> list[str]:
