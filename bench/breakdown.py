@@ -1,5 +1,5 @@
 """Where a compressed step's time goes: each compressor's compressed path by phase (compress,
-wait, decode: communication/base.py ``timed``) against the uncompressed step and torch DDP's
+wait, decode: accounting.py ``timed``) against the uncompressed step and torch DDP's
 PowerSGD hook, on the simulated cluster (bench/netsim.py), side by side in one sweep with
 repeats: on unthrottled links, where compression has the least to win and its CPU cost shows
 most, and on 1 Gbit/s, where compute and communication are of a size.

@@ -97,5 +97,35 @@ class LSTMLanguageModel(nn.Module):
         return self.softmax(self.dropout(hidden)), state
 
 
-MODELS = {"lenet5": LeNet5, "resnet18": ResNet18, "widemlp": WideMLP}
-INPUT_SHAPES = {"lenet5": (1, 28, 28), "resnet18": (3, 32, 32), "widemlp": (3, 32, 32)}
+class TinyTransformer(nn.Module):
+    """A small pre-norm transformer encoder classifying token sequences: embedding (10k words,
+    width 256), ``layers`` layers of 4-head attention and a 1024-wide feed-forward, mean pooling,
+    a linear head; 5.7M parameters, 4.3M of them in matrices and 2.6M in the embedding, and
+    about 50 small tensors (biases, LayerNorms)."""
+
+    VOCABULARY, WIDTH, LENGTH = 10_000, 256, 64
+
+    def __init__(self, num_classes: int = 10, layers: int = 4) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(self.VOCABULARY, self.WIDTH)
+        self.position = nn.Parameter(torch.zeros(self.LENGTH, self.WIDTH))
+        layer = nn.TransformerEncoderLayer(self.WIDTH, 4, 4 * self.WIDTH, dropout=0.0,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(self.WIDTH, num_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.encoder(self.embedding(tokens) + self.position[:tokens.shape[1]])
+        return self.head(x.mean(dim=1))
+
+
+MODELS = {"lenet5": LeNet5, "resnet18": ResNet18, "widemlp": WideMLP, "transformer": TinyTransformer}
+INPUT_SHAPES = {"lenet5": (1, 28, 28), "resnet18": (3, 32, 32), "widemlp": (3, 32, 32),
+                "transformer": (TinyTransformer.LENGTH,)}
+
+
+def synthetic_input(model: str, batch_size: int) -> torch.Tensor:
+    """A random batch for ``model``: images, or token ids for the transformer."""
+    if model == "transformer":
+        return torch.randint(0, TinyTransformer.VOCABULARY, (batch_size, *INPUT_SHAPES[model]))
+    return torch.randn(batch_size, *INPUT_SHAPES[model])

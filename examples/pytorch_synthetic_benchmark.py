@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import INPUT_SHAPES, MODELS  # noqa: E402
+from models import MODELS, synthetic_input  # noqa: E402
 
 
 def parse_args(description: str, extra: Callable[[argparse.ArgumentParser], None] | None = None
@@ -40,7 +40,7 @@ def synthetic_model_and_batch(args: argparse.Namespace):
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one core per worker: the simulated cluster runs every worker here
     model = MODELS[args.model]()
-    x = torch.randn(args.batch_size, *INPUT_SHAPES[args.model])
+    x = synthetic_input(args.model, args.batch_size)
     y = torch.randint(0, 10, (args.batch_size,))
     return model, x, y
 
@@ -53,13 +53,25 @@ def _counters(iface: str | None) -> tuple[int, int]:
         return int(tx.read()), int(rx.read())
 
 
+#: at most this many steps for communication="auto" to make its plan final
+PLAN_STEPS = 60
+
+
 def benchmark(step: Callable[[], None], barrier: Callable[[], None], rank: int, size: int,
-              args: argparse.Namespace, phases: Callable[[], dict] = dict) -> None:
-    """Warms up, times ``num_iters`` steps between two barriers and reports throughput: from
-    the median step, which one slow step (a page fault storm, another process on the core)
-    does not move; every step ends in the optimizer waiting for all ranks, so the ranks' steps
-    take the same time. ``phases()``: cumulative seconds by phase of the compressed path (an
-    hvd_compress compressor's stats), reported per step in the JSON."""
+              args: argparse.Namespace, phases: Callable[[], dict] = dict,
+              plan: Callable[[], dict] = dict) -> None:
+    """Runs steps until ``plan()`` (an hvd_compress compressor's measured plan) is final, warms
+    up, times ``num_iters`` steps between two barriers and reports throughput: from the median
+    step, which one slow step (a page fault storm, another process on the core) does not move;
+    every step ends in the optimizer waiting for all ranks, so the ranks' steps take the same
+    time. ``phases()``: cumulative seconds by phase of the compressed path, reported per step
+    in the JSON, with the plan and the seconds and steps it took to be final."""
+    started, planning = time.perf_counter(), 1
+    step()  # the plan starts with the first gradient
+    while plan().get("state", "final") != "final" and planning < PLAN_STEPS:
+        step()
+        planning += 1
+    planned_s = time.perf_counter() - started
     for _ in range(args.num_warmup_batches):
         step()
     barrier()
@@ -81,7 +93,9 @@ def benchmark(step: Callable[[], None], barrier: Callable[[], None], rank: int, 
                           "rx_bytes_per_step": (rx1 - rx0) / args.num_iters,
                           "step_ms": 1000 * statistics.median(times),
                           "phase_ms_per_step": {k: 1000 * (v - before.get(k, 0.0)) / args.num_iters
-                                                for k, v in after.items()}}), flush=True)
+                                                for k, v in after.items()},
+                          "plan": {**plan(), "planned_s": planned_s, "planning_steps": planning}}),
+              flush=True)
     elif rank == 0:
         print(f"{args.model}, batch {args.batch_size} per worker, {size} workers: "
               f"{samples_per_s:.1f} samples/s", flush=True)
@@ -96,9 +110,11 @@ def main() -> None:
         "--compression", default="none", help="compressor spec (default: %(default)s)"))
     hvd.init()
     model, x, y = synthetic_model_and_batch(args)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     compression = hvd_compress.from_spec(args.compression)
+    # DGC applies the momentum itself (and refuses an optimizer with momentum of its own)
+    momentum = 0.0 if isinstance(compression, hvd_compress.DGC) else 0.9
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=momentum)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
 
@@ -107,9 +123,11 @@ def main() -> None:
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
 
-    phases = (lambda: compression.stats()["seconds"]) if isinstance(compression, hvd_compress.Compressor) else dict
+    ours = isinstance(compression, hvd_compress.Compressor)
+    phases = (lambda: compression.stats()["seconds"]) if ours else dict
+    plan = (lambda: compression.stats()["plan"]) if ours else dict
     benchmark(step, lambda: hvd.allreduce(torch.zeros(1), name="benchmark.barrier"),
-              hvd.rank(), hvd.size(), args, phases)
+              hvd.rank(), hvd.size(), args, phases, plan)
 
 
 if __name__ == "__main__":

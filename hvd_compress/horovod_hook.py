@@ -29,11 +29,13 @@ from horovod.torch import optimizer as hvd_optimizer
 
 from .agreement import Agreement, optimizer_id
 from .communication import allgather, dense, fusion, lowrank, route, twophase
+from .communication.planner import Planner
 from .communication.base import Exchange
 from .compressor import Compressor
 
 SUPPORTED_HOROVOD = "0.28.1"
-COMMUNICATORS = {"allgather": allgather.start, "twophase": twophase.start, "lowrank": lowrank.start}
+#: how each route (a method's ROUTES; "auto" resolves to one of them per tensor) starts a tensor
+STARTS = {"allgather": allgather.start, "twophase": twophase.start, "lowrank": lowrank.start}
 
 if horovod.__version__ != SUPPORTED_HOROVOD:
     raise ImportError(
@@ -53,7 +55,8 @@ _horovod_join = mpi_ops.join
 # runs once per optimizer and world, so that a rank joining an elastic job and the ranks
 # already there run it together (running it on the newcomer alone would deadlock).
 _world = 0
-# Optimizers using an hvd_compress compressor, for the hvd.join() refusal.
+# Optimizers using an hvd_compress compressor, for the hvd.join() refusal. Empty in a process
+# that never built one, so that plain Horovod's join pays nothing for the import.
 _compressed = weakref.WeakSet()
 
 
@@ -71,17 +74,20 @@ class _State:
                                  optimizer.op == hvd.Average)
         self.agreement: Agreement | None = None
         self.world: int | None = None
-        #: this world's route of each compressible parameter's gradient (route.plan)
+        #: this world's route of each compressible parameter's gradient (route.plan, or the
+        #: planner's when they are measured)
         self.routes: dict[str, str] = {}
+        self.planner: Planner | None = None
 
     def agree(self, optimizer) -> Agreement:
         """This world's agreement check, started (and its routes and two-phase buckets planned)."""
         if self.world != _world:
-            if isinstance(optimizer._compression, Compressor):
-                self.routes = _routes(optimizer)
-                self.exchange.buckets = fusion.Buckets(
-                    fusion.plan(_parameters(optimizer), lambda name: self.routes.get(name) == "twophase"),
-                    self.exchange)
+            compressor = optimizer._compression
+            if isinstance(compressor, Compressor):
+                self.planner, tensors = None, _compressible(optimizer)
+                if tensors and measured(compressor, optimizer.process_set.size()):
+                    self.planner = Planner(compressor, tensors, self.exchange, _world)
+                self.use(optimizer, self.planner.routes if self.planner else _routes(optimizer))
             description = {"compression": _describe(optimizer._compression),
                            "parameters": sorted((optimizer._parameter_names.get(p), tuple(p.shape),
                                                  str(p.dtype)) for p in optimizer._requires_update)}
@@ -91,6 +97,20 @@ class _State:
             self.agreement.start()
         return self.agreement
 
+    def use(self, optimizer, routes: dict[str, str]) -> None:
+        """Takes ``routes`` from the next gradient on, with their two-phase buckets."""
+        self.routes = routes
+        self.exchange.buckets = fusion.Buckets(
+            fusion.plan(_parameters(optimizer), lambda name: routes.get(name) == "twophase"),
+            self.exchange)
+
+
+def measured(compressor: Compressor, ranks: int) -> bool:
+    """Whether ``communication="auto"`` measures and tries its routes (communication/planner.py):
+    when it is not told the link rate (``link_gbit``, ``HVD_COMPRESS_LINK_GBIT``), which plans
+    from the cost model's fitted constants instead, and there is more than one rank."""
+    return compressor.communication == "auto" and compressor.link_gbit is None and ranks > 1
+
 
 def _parameters(optimizer) -> list[tuple[str, torch.Tensor]]:
     """The parameters the optimizer reduces, by name, in registration order."""
@@ -98,13 +118,15 @@ def _parameters(optimizer) -> list[tuple[str, torch.Tensor]]:
             for p in group["params"] if p in optimizer._requires_update]
 
 
+def _compressible(optimizer) -> list[route.Tensor]:
+    """The compressible parameters, each standing in for its gradient (same shape and dtype)."""
+    return [(name, p.shape, p.element_size()) for name, p in _parameters(optimizer)
+            if optimizer._compression.compressible(p)]
+
+
 def _routes(optimizer) -> dict[str, str]:
-    """The route of each compressible parameter's gradient, planned together (route.plan), each
-    parameter standing in for its gradient (same shape and dtype)."""
-    compressor = optimizer._compression
-    tensors = [(name, p.shape, p.element_size()) for name, p in _parameters(optimizer)
-               if compressor.compressible(p)]
-    return route.plan(compressor, tensors, optimizer.process_set.size())
+    """The route of each compressible parameter's gradient, planned together (route.plan)."""
+    return route.plan(optimizer._compression, _compressible(optimizer), optimizer.process_set.size())
 
 
 def _describe(compression) -> str:
@@ -144,6 +166,8 @@ def _init(self, params, named_parameters, compression, backward_passes_per_step=
             raise ValueError(f"hvd_compress compressors support op=hvd.Average or hvd.Sum, got {op}")
         # Before Horovod's __init__, which registers gradient hooks that a refused optimizer
         # must not leave behind.
+        params = list(params)
+        compression.check_optimizer([group for group in params if isinstance(group, dict)])
         compression.serve(sorted(name for name, _ in named_parameters or ()))
     _horovod_init(self, params, named_parameters, compression, backward_passes_per_step, op,
                   gradient_predivide_factor, groups, *args, **kwargs)
@@ -176,12 +200,14 @@ def _allreduce_grad_async(self, p):
     if compressor.compressible(p.grad):
         way = state.routes.get(name) or route.choose(compressor, p.grad, self.process_set.size())
     if way == "dense":
+        if state.planner is not None and not absent:
+            state.planner.fold_released(name, p.grad)
         if p.grad.dtype in dense.WIDENED:
             return dense.start(p.grad, name, state.exchange), None
         return _horovod_allreduce_grad_async(self, p)
     # gradient_predivide_factor only splits Horovod's scaling of a summing allreduce into a
     # pre- and a post-factor; we sum in fp32 and scale once, which is the same average.
-    return COMMUNICATORS[way](compressor, p.grad, name, state.exchange, absent), None
+    return STARTS[way](compressor, p.grad, name, state.exchange, absent), None
 
 
 @functools.wraps(_horovod_synchronize)
@@ -196,13 +222,17 @@ def _synchronize(self):
         # average into the residuals and send it twice.
         return None
     state.agree(self).verify()
-    return _horovod_synchronize(self)
+    result = _horovod_synchronize(self)
+    if ours and state.planner is not None and state.planner.step_finished():
+        state.use(self, state.planner.routes)
+    return result
 
 
 @functools.wraps(_horovod_join)
 def _join(*args, **kwargs) -> int:
-    gc.collect()  # optimizers of finished training loops live in reference cycles until then
-    if any(True for _ in _compressed):
+    if _compressed:
+        gc.collect()  # optimizers of finished training loops live in reference cycles until then
+    if _compressed:
         raise ValueError(
             "hvd.join() is not supported with hvd_compress compressors: Horovod cannot run the "
             "allgather and alltoall collectives compressed gradients travel by once a rank has "

@@ -9,11 +9,10 @@ Folding the gradient into the buffer and checking it for NaN and Inf is one pass
 gradient (``kernels/compensate_cpu.py``) for fp32 gradients on the CPU; other dtypes and devices
 take two torch passes.
 """
-import threading
-
 import torch
 
 from .kernels import arrays, compensate_cpu
+from .state import Guarded
 
 
 def fold(buf: torch.Tensor, grad: torch.Tensor, keep: bool) -> bool:
@@ -26,15 +25,15 @@ def fold(buf: torch.Tensor, grad: torch.Tensor, keep: bool) -> bool:
     return finite
 
 
-class ResidualMemory:
+class ResidualMemory(Guarded):
     """Keeps each parameter's unsent remainder and adds it to its next gradient."""
 
     #: whether the residual is added to the next gradient (False: dropped)
     keeps = True
 
     def __init__(self) -> None:
+        super().__init__()
         self._buffers: dict[str, torch.Tensor] = {}
-        self._lock = threading.Lock()  # hooks may run on autograd's device threads
 
     def buffer(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """``name``'s residual (flat fp32, on ``like``'s device, zeros at first use or when
@@ -57,6 +56,11 @@ class ResidualMemory:
     def compensate(self, name: str, grad: torch.Tensor) -> torch.Tensor:
         """The buffer holding grad + residual, flat, fp32; compression edits it in place."""
         return self.compensate_checked(name, grad)[0]
+
+    def pop(self, name: str) -> torch.Tensor | None:
+        """Removes ``name``'s residual and returns it (None if it has none)."""
+        with self._lock:
+            return self._buffers.pop(name, None)
 
     def residuals(self) -> dict[str, torch.Tensor]:
         with self._lock:

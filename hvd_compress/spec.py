@@ -1,7 +1,7 @@
 """``from_spec("topk:ratio=0.01,selection=exact")``: compressors from one string, for command lines.
 
 Grammar: ``NAME`` or ``NAME:KEY=VALUE[,KEY=VALUE...]``. Values are read as int, float,
-true/false, or else kept as strings. ``none`` and ``fp16`` give Horovod's own compressors.
+true/false, none, or else kept as strings. ``none`` and ``fp16`` give Horovod's own compressors.
 """
 from typing import Any
 
@@ -15,6 +15,8 @@ def _value(text: str) -> Any:
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
+    if lowered == "none":
+        return None
     for kind in (int, float):
         try:
             return kind(text)

@@ -57,7 +57,7 @@ def test_horovod_interface_is_a_noop_that_counts_dense_bytes():
     out, ctx = c.compress(t)
     assert out is t and c.decompress(out, ctx) is t
     assert c.stats() == {"steps": 0, "dense_bytes": 40, "sent_bytes": 20, "per_tensor": {},
-                         "seconds": {}}
+                         "seconds": {}, "plan": {}}
 
 
 @pytest.mark.parametrize("spec", SPECS)

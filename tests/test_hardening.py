@@ -1,5 +1,6 @@
-"""Failure behaviour on gloo workers: non-finite gradients, odd gradients, ranks that disagree,
-checkpoint and resume."""
+"""Failure behaviour on gloo workers: non-finite gradients (one NaN, and GradScaler's overflow),
+odd gradients, ranks that disagree, checkpoint and resume, a compressor pickled into
+``horovod.run``; every method of the catalogue where the scenario applies to it."""
 import functools
 import os
 
@@ -8,8 +9,17 @@ import torch
 
 import hvd_compress as hc
 from harness import run_workers
+from hvd_compress.methods import METHODS
 
 SPECS = ["topk:ratio=0.01", "onebit", "onebit:communication=twophase", "adacomp"]
+#: every method of the catalogue with its defaults, and the two-phase route where it applies
+CATALOGUE = sorted(METHODS) + ["onebit:communication=twophase", "qsgd:communication=twophase"]
+
+
+def _sgd(params, spec: str, lr: float, momentum: float = 0.0):
+    """SGD as a script would build it; DGC takes the momentum itself (it refuses an optimizer
+    with momentum)."""
+    return torch.optim.SGD(params, lr=lr, momentum=0.0 if spec.startswith("dgc") else momentum)
 
 
 def _optimizer(params: dict, compression):
@@ -19,24 +29,77 @@ def _optimizer(params: dict, compression):
                                     named_parameters=params.items(), compression=compression)
 
 
+def _finite_state(compressor) -> bool:
+    """Whether every residual and every tensor of the method's state is finite."""
+    if not isinstance(compressor, hc.Compressor):  # Horovod's own: no state
+        return True
+    state = compressor.state_dict()
+    tensors = [*state["residuals"].values()]
+    tensors += [v for fields in state["states"].values() for v in fields.values()
+                if isinstance(v, torch.Tensor)]
+    return all(bool(t.isfinite().all()) for t in tensors)
+
+
 def _non_finite(spec: str) -> dict:
     """Rank 1's gradient holds a NaN at step 0 only."""
     import horovod.torch as hvd
 
-    w = torch.nn.Parameter(torch.zeros(5000))
+    w = torch.nn.Parameter(torch.zeros(50, 100))
     compressor = hc.from_spec(spec)
     optimizer = _optimizer({"w": w}, compressor)
     found = {}
     for step in range(3):
-        g = torch.randn(5000, generator=torch.Generator().manual_seed(step))
+        g = torch.randn(50, 100, generator=torch.Generator().manual_seed(step))
         if step == 0 and hvd.rank() == 1:
-            g[123] = float("nan")
+            g[1, 23] = float("nan")
         optimizer.zero_grad()
         (w * g).sum().backward()
         optimizer.step()
         found[step] = {"all_nan": bool(w.grad.isnan().all()), "finite": bool(w.grad.isfinite().all())}
-    found["residuals_finite"] = all(bool(r.isfinite().all()) for r in compressor.memory.residuals().values())
+    found["state_finite"] = _finite_state(compressor)
     return found
+
+
+def _overflow(spec: str) -> dict:
+    """GradScaler's usual overflow: rank 0's loss times 1e38 once (step 2), as the issue's
+    script did; 12 steps in all. The scale must halve once and training go on, every rank
+    alike."""
+    import horovod.torch as hvd
+    import torch.nn.functional as F
+
+    from harness import parameters_digest
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 10))
+    compressor = hc.from_spec(spec)
+    optimizer = hvd.DistributedOptimizer(_sgd(model.parameters(), spec, 0.01), compression=compressor,
+                                         named_parameters=model.named_parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=65536.0)
+    skipped = []
+    for step in range(12):
+        data = torch.Generator().manual_seed(100 * step + hvd.rank())
+        x, y = torch.randn(16, 64, generator=data), torch.randint(0, 10, (16,), generator=data)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y) * (1e38 if step == 2 and hvd.rank() == 0 else 1.0)
+        scaler.scale(loss).backward()
+        optimizer.synchronize()
+        scaler.unscale_(optimizer)
+        scale = scaler.get_scale()
+        with optimizer.skip_synchronize():
+            scaler.step(optimizer)
+        scaler.update()
+        skipped.append(scaler.get_scale() < scale)
+    return {"skipped": [i for i, s in enumerate(skipped) if s], "scale": scaler.get_scale(),
+            "state_finite": _finite_state(compressor), "digest": parameters_digest(model)}
+
+
+def _pickled(compressor) -> dict:
+    """A compressor built outside the training function reaches it pickled (horovod.run)."""
+    model = torch.nn.Linear(64, 64)
+    optimizer = _optimizer(dict(model.named_parameters()), compressor)
+    model(torch.ones(4, 64)).sum().backward()
+    optimizer.step()
+    return {"spec": compressor.spec(), "steps": compressor.stats()["steps"]}
 
 
 def _odd_gradients() -> dict:
@@ -89,7 +152,7 @@ def _resume_digest(spec: str, steps: int, interrupt: bool) -> str:
     def build(state=None):
         torch.manual_seed(0)
         model = LeNet5()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        optimizer = _sgd(model.parameters(), spec, lr=0.05, momentum=0.9)
         compressor = hc.from_spec(spec)
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              compression=compressor)
@@ -113,30 +176,49 @@ def _resume_digest(spec: str, steps: int, interrupt: bool) -> str:
     return parameters_digest(model)
 
 
-def all_checks() -> dict:
+def all_checks(captured) -> dict:
     import horovod.torch as hvd
 
     hvd.init()
     torch.set_num_threads(1)
-    return {"non_finite": {spec: _non_finite(spec) for spec in SPECS},
+    return {"non_finite": {spec: _non_finite(spec) for spec in CATALOGUE},
+            "overflow": {spec: _overflow(spec) for spec in ["none", *CATALOGUE]},
             "odd": _odd_gradients(),
             "disagreement": {case: _disagreement(case) for case in ("ratio", "none_vs_topk", "shape")},
             "resume": {spec: (_resume_digest(spec, 8, False), _resume_digest(spec, 8, True))
-                       for spec in ("topk:ratio=0.01", "onebit:communication=twophase")}}
+                       for spec in CATALOGUE},
+            "pickled": _pickled(captured)}
 
 
 @functools.cache
 def findings() -> list[dict]:
-    return run_workers(all_checks, 2)
+    return run_workers(all_checks, 2, hc.TopK(0.01))
 
 
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", CATALOGUE)
 def test_non_finite_gradients_reach_the_update_and_leave_no_poison(spec):
     for rank in findings():
         found = rank["non_finite"][spec]
         assert found[0]["all_nan"], "every rank sees the step's NaN"
         assert found[1]["finite"] and found[2]["finite"], "later steps are clean"
-        assert found["residuals_finite"]
+        assert found["state_finite"]
+
+
+@pytest.mark.parametrize("spec", ["none", *CATALOGUE])
+def test_one_overflow_under_grad_scaler_skips_one_step_only(spec):
+    ranks = findings()
+    for rank in ranks:
+        found = rank["overflow"][spec]
+        assert found["skipped"] == [2], found
+        assert found["scale"] == 32768.0
+        assert found["state_finite"]
+    assert len({rank["overflow"][spec]["digest"] for rank in ranks}) == 1
+
+
+def test_a_compressor_captured_by_the_training_function_is_pickled_to_the_workers():
+    for rank in findings():
+        assert rank["pickled"]["spec"].startswith("topk:")
+        assert rank["pickled"]["steps"] == 1
 
 
 def test_odd_gradients_take_the_dense_path_or_work():
@@ -161,7 +243,7 @@ def test_ranks_that_disagree_get_a_clear_error_not_a_hang(case, message):
         assert re.search(message, rank["disagreement"][case]), rank["disagreement"][case]
 
 
-@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "onebit:communication=twophase"])
+@pytest.mark.parametrize("spec", CATALOGUE)
 def test_resume_from_checkpoint_is_bitwise_identical(spec):
     for rank in findings():
         uninterrupted, resumed = rank["resume"][spec]

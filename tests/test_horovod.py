@@ -58,9 +58,9 @@ def reference(spec: str, grads_per_rank: list[list[dict]], average: bool) -> lis
                 total = torch.zeros(torch.Size(shape).numel())
                 for c, g in present:
                     acc = c.memory.compensate(name, g)
-                    c.decode_add(c.encode(acc, g.reshape(-1), g.shape), total, g.shape)
+                    c.decode_add(c.encode(acc, g.reshape(-1), g.shape, name), total, g.shape)
                 total /= ranks if average else 1
-                compressors[0].finish(total)
+                compressors[0].aggregate(total)
                 total = total.view(shape)
             out[name] = total
         results.append(out)
@@ -71,6 +71,7 @@ def _twophase_reference(compressors, name, grads, average):
     import torch
 
     from hvd_compress.communication.twophase import chunk_bounds
+    from hvd_compress.state import piece_key
 
     shape = torch.Size(SHAPES[name])
     ranks, n = len(grads), shape.numel()
@@ -81,7 +82,8 @@ def _twophase_reference(compressors, name, grads, average):
             chunks.append(None)
             continue
         acc, flat = c.memory.compensate(name, g), g.reshape(-1)
-        chunks.append([c.encode(acc[lo:hi], flat[lo:hi], shape) for lo, hi in bounds])
+        chunks.append([c.encode(acc[lo:hi], flat[lo:hi], shape, piece_key(name, lo, hi, n))
+                       for lo, hi in bounds])
     total = torch.zeros(n)
     for j, (lo, hi) in enumerate(bounds):
         server = compressors[j]  # rank j reduces chunk j and keeps its server residual
@@ -93,10 +95,10 @@ def _twophase_reference(compressors, name, grads, average):
             continue
         if average:
             mine /= ranks
-        server.finish(mine)
+        server.aggregate(mine)
         reduced = server.memory.compensate(f"{name}#server", mine)
-        server.decode_add(server.encode(reduced, mine, shape), total[lo:hi], shape)
-    compressors[0].finish(total)
+        server.decode_add(server.encode(reduced, mine, shape, f"{name}#server"), total[lo:hi], shape)
+    compressors[0].aggregate(total)
     return total
 
 
@@ -173,7 +175,8 @@ def _train_digest(spec: str, steps: int = 6) -> str:
 
     torch.manual_seed(0)
     model = LeNet5()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    # DGC applies the momentum itself and refuses an optimizer with its own
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0 if spec.startswith("dgc") else 0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     compression = hc.from_spec(spec)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),

@@ -1,4 +1,6 @@
 """TopK kernels against the numpy reference, in-process."""
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,73 @@ def test_sampled_overshoot_keeps_exactly_k():
     assert np.all(values == 2.0)
     np.testing.assert_array_equal(acc[indices], 0)
     assert acc.sum() == vector.sum() - values.sum()
+
+
+def _ks(size: int) -> list[int]:
+    return sorted(k for k in {1, 2, 3, max(1, size // 100), max(1, size // 3), size} if k <= size)
+
+
+def test_exact_threshold_is_the_kth_largest_magnitude(vector):
+    # the radix select on the bits finds bitwise the value np.partition of |x| does
+    for k in _ks(vector.size):
+        want = np.float32(topk_cpu.kth_largest_magnitude(vector, k))
+        got = topk_cpu.kth_largest_in_place(vector, k)
+        assert got.view(np.uint32) == want.view(np.uint32), (k, got, want)
+
+
+def test_exact_threshold_with_nan_and_inf():
+    # NaN orders above +Inf in both (np.partition puts NaN last); -Inf is Inf in magnitude
+    vector = np.random.default_rng(5).standard_normal(5000).astype(np.float32)
+    vector[::5], vector[1::7], vector[2::11] = np.inf, -np.inf, np.nan
+    for k in _ks(vector.size):
+        want = np.float32(topk_cpu.kth_largest_magnitude(vector, k))
+        got = topk_cpu.kth_largest_in_place(vector, k)
+        assert (np.isnan(want) and np.isnan(got)) or got.view(np.uint32) == want.view(np.uint32), k
+
+
+def test_exact_selection_copies_nothing_of_its_input():
+    # Issue 30: np.abs and np.partition made two copies of the tensor on every exact selection
+    # (and every fallback of the sampled one). Now only the k values and indices are allocated.
+    vector = np.random.default_rng(4).standard_normal(PARALLEL_MIN + 4_000_000).astype(np.float32)
+    k = vector.size // 100
+    topk_cpu.topk_exact(vector.copy(), k)  # compiled or loaded before measuring
+    acc = vector.copy()
+    tracemalloc.start()
+    try:
+        values, indices = topk_cpu.topk_exact(acc, k)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < acc.nbytes / 4, peak  # the k values and indices: acc.nbytes / 50
+    want_values, want_indices, want_residual = references.topk_exact(vector, k)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(acc, want_residual)
+
+
+def test_digit_counts_serial_and_parallel_agree():
+    vector = np.random.default_rng(6).standard_normal(PARALLEL_MIN + 33).astype(np.float32)
+    for shift, width in topk_cpu._DIGITS:
+        prefix = int(vector.view(np.uint32)[0] & 0x7FFFFFFF) >> (shift + width)
+        serial = np.zeros((1, 1 << width), np.int64)
+        parallel = np.zeros((3, 1 << width), np.int64)
+        topk_cpu._digit_counts.serial(vector, shift, width, prefix, serial)
+        topk_cpu._digit_counts.parallel(vector, shift, width, prefix, parallel)
+        np.testing.assert_array_equal(serial[0], parallel.sum(axis=0))
+        assert serial.sum() >= 1
+
+
+def test_sampled_far_overshoot_is_the_exact_selection():
+    # Over 2k candidates: exact selection, bitwise the k largest with ties to the lower index
+    # (what cutting the candidates kept), without copying out all the candidates.
+    vector = np.ones(100_000, np.float32)
+    vector[::7] = 2.0
+    vector[3::7] = -2.0
+    acc = vector.copy()
+    values, indices = topk_cpu.topk_sampled(acc, 500)
+    want_values, want_indices, want_residual = references.topk_exact(vector, 500)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(acc, want_residual)
 
 
 def test_parallel_and_serial_builds_agree():

@@ -8,7 +8,7 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, compressed, decode_sum, output_for, timed
+from .base import Exchange, Wait, compressed, decode_sum, output_for
 
 
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
@@ -16,18 +16,18 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
     """Compresses ``grad`` (nothing when ``absent``: see base.py) and starts its allgather; the
     returned handle yields the aggregate (sum, or mean when the exchange averages) in ``grad``'s
     shape and dtype."""
-    with timed(compressor, "compress"):
+    with compressor.accounting.timed("compress"):
         (body,), finite = compressed(compressor, name, grad, absent)
         tag = framing.tag_of(compressor.spec(), tuple(grad.shape))
         payload = framing.frame(body, tag, finite)
-    compressor._count(name, grad.numel(), payload.numel())
+    compressor.accounting.count(name, grad.numel(), payload.numel())
     process_set = exchange.process_set
     handle = hvd.allgather_async(payload, name=exchange.name(name), process_set=process_set)
 
     def finish() -> torch.Tensor:
-        with timed(compressor, "wait"):
+        with compressor.accounting.timed("wait"):
             gathered = hvd.synchronize(handle)
-        with timed(compressor, "decode"):
+        with compressor.accounting.timed("decode"):
             return _aggregate(gathered)
 
     def _aggregate(gathered: torch.Tensor) -> torch.Tensor:
@@ -36,10 +36,10 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
         if not all_finite:
             return torch.full_like(grad, float("nan"))
         total = output_for(grad)
-        decode_sum(compressor, bodies, total, grad.shape)
+        decode_sum(compressor, bodies, total, grad.shape, what=repr(name))
         if exchange.average:
             total.div_(ranks)
-        compressor.finish(total)
+        compressor.aggregate(total)
         return total.view(grad.shape).to(grad.dtype)
 
     return Wait(finish, name)

@@ -16,8 +16,6 @@ A rank's contribution for one tensor and step is one of three things:
   tensor is then NaN for this step.
 """
 import threading
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
@@ -26,6 +24,8 @@ import torch
 from horovod.common.exceptions import HorovodInternalError
 
 from ..compressor import Compressor
+from ..payload import PayloadError
+from ..state import piece_key
 from .fusion import Buckets
 
 
@@ -108,23 +108,6 @@ def in_two_rounds(reduction: TwoRounds, exchange: Exchange, what: str) -> Wait:
     return Wait(finish, what)
 
 
-#: the phases ``timed`` measures: gradient + residual, the finite check, encoding and framing
-#: (PowerSGD: the factors' products and orthogonalization); blocked on a collective; unframing,
-#: decoding and the aggregate (two-phase: also its region's sum, re-compressed)
-PHASES = ("compress", "wait", "decode")
-
-
-@contextmanager
-def timed(compressor: Compressor, phase: str):
-    """Adds the wall-clock seconds of the block to ``compressor``'s ``phase`` (its stats()):
-    a breakdown of the compressed path (bench/breakdown.py) for about a microsecond a block."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        compressor._time(phase, time.perf_counter() - start)
-
-
 def contribution(compressor: Compressor, name: str, grad: torch.Tensor,
                  absent: bool) -> tuple[torch.Tensor | None, bool]:
     """(gradient + residual, whether the gradient is finite) for a present gradient; (None,
@@ -144,7 +127,8 @@ def compressed(compressor: Compressor, name: str, grad: torch.Tensor, absent: bo
     folded, checked and encoded in one call (``Compressor.fold_encode``: one pass over the
     data where the method fuses them). Absent or non-finite: empty bodies, and a non-finite
     gradient's residual cleared. See the module docstring."""
-    pieces = pieces or [(0, grad.numel())]
+    n = grad.numel()
+    pieces = pieces or [(0, n)]
     empty = [torch.empty(0, dtype=torch.uint8, device=grad.device)] * len(pieces)
     if absent:
         return empty, True
@@ -152,7 +136,8 @@ def compressed(compressor: Compressor, name: str, grad: torch.Tensor, absent: bo
     flat = grad.reshape(-1)
     bodies = []
     for lo, hi in pieces:
-        body = compressor.fold_encode(acc[lo:hi], flat[lo:hi], grad.shape, compressor.memory.keeps)
+        body = compressor.fold_encode(acc[lo:hi], flat[lo:hi], grad.shape, compressor.memory.keeps,
+                                      piece_key(name, lo, hi, n))
         if body is None:
             acc.zero_()
             return empty, False
@@ -160,21 +145,47 @@ def compressed(compressor: Compressor, name: str, grad: torch.Tensor, absent: bo
     return bodies, True
 
 
-def output_for(grad: torch.Tensor) -> torch.Tensor:
-    """A zeroed flat fp32 buffer for ``grad``'s aggregate: ``grad``'s own memory when it is a
+def output_for(grad: torch.Tensor, zeroed: bool = True) -> torch.Tensor:
+    """A flat fp32 buffer for ``grad``'s aggregate, zeroed unless told not to: ``grad``'s own memory when it is a
     contiguous fp32 tensor, else a new one. By the time the aggregate is decoded the gradient
     is in the residual (or in the payload), and Horovod's synchronize() sets ``p.grad`` to
     the result anyway, so its storage can carry the result: no gradient-sized allocation per
     tensor and step (which, at ResNet-18's 45 MB, page-faults fresh memory every step)."""
     if grad.dtype == torch.float32 and grad.is_contiguous():
-        return grad.view(-1).zero_()
+        return grad.view(-1).zero_() if zeroed else grad.view(-1)
     return torch.zeros(grad.numel(), dtype=torch.float32, device=grad.device)
 
 
 def decode_sum(compressor: Compressor, bodies: Iterable[torch.Tensor], out: torch.Tensor,
-               shape: torch.Size) -> int:
-    """Adds every non-empty body to ``out``, in order; returns how many there were."""
+               shape: torch.Size, *, what: str = "", first_rank: int = 0) -> int:
+    """Adds every non-empty body to ``out``, in order; returns how many there were.
+
+    ``bodies`` are in rank order, empty ones included: body i came from rank ``first_rank + i``.
+    A body that cannot be what its rank's encode made (a length it never makes, an index
+    outside ``out``: payload.py) is not decoded past its bounds; it raises PayloadError naming
+    that rank and the tensor, ``what``. The rank is found on that error path only, by decoding
+    the bodies again one at a time into a scratch buffer (``out`` holds a partial sum then)."""
+    bodies = list(bodies)
     present = [body for body in bodies if body.numel()]
     if present:
-        compressor.decode_add_all(present, out, shape)
+        try:
+            compressor.decode_add_all(present, out, shape)
+        except PayloadError as err:
+            raise _culprit(compressor, bodies, out, shape, what, first_rank, err) from err
     return len(present)
+
+
+def _culprit(compressor: Compressor, bodies: list[torch.Tensor], out: torch.Tensor,
+             shape: torch.Size, what: str, first_rank: int, err: PayloadError) -> PayloadError:
+    """decode_sum's error, naming the first rank whose body alone does not decode."""
+    scratch = torch.zeros_like(out)
+    who = f"one of ranks {first_rank}..{first_rank + len(bodies) - 1}"  # if none fails alone
+    for rank, body in enumerate(bodies, first_rank):
+        try:
+            if body.numel():
+                compressor.decode_add(body, scratch, shape)
+        except PayloadError as found:
+            who, err = f"rank {rank}", found
+            break
+    return PayloadError(f"hvd_compress: {who} sent a payload for {what or 'a tensor'} that "
+                        f"cannot be decoded: {err}")

@@ -23,7 +23,10 @@ two-phase alltoalls into buckets of up to 25 MB of dense gradient, so a tensor p
 of its bucket's alltoall that its dense size is of a bucket (all of it from 25 MB up). Each
 framed payload carries an 8-byte header and is padded to 8 bytes (framing.py).
 
-c and a are measured on the simulated cluster by bench/cost_model.py (a least-squares fit of
+At run time ``communication="auto"`` measures c, a, the bandwidth and the method's CPU on the
+user's own cluster (probe.py) and plans with those (``Link``, ``Cpu``). The constants below are
+what it plans with when told the link rate instead (``link_gbit``), and what the benches
+project with. c and a were measured on the simulated cluster by bench/cost_model.py (a least-squares fit of
 small gloo allreduce, allgather and alltoall times at np=2 and 4); the bandwidth is the link's
 rate. Both are this machine's, whose workers share 2 cores: a real cluster's are smaller, which
 only moves the crossovers of route.py towards smaller tensors. Checked against the simulated
@@ -58,6 +61,8 @@ OVERHEAD_S = 480e-6
 #: (bench/cost_model.py cpu; README, "Communication")
 CALL_CPU_S = 95e-6
 ELEMENT_CPU_S = 4.4e-9
+#: the link rate a plan assumes when neither told nor measured (Gbit/s)
+DEFAULT_GBIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -125,10 +130,19 @@ def twophase(payload: float, region_payload: float, p: int, share: float = 1.0) 
     return alltoall + Cost((p - 1) * framed(region_payload), fused=(("second round", p - 1),))
 
 
-def compute(numel: int, calls: int) -> Cost:
+@dataclass(frozen=True)
+class Cpu:
+    """The compressed path's CPU on one worker: seconds per encode or decode call, and per
+    element (gradient + residual, the kernels, the sum and the copy back)."""
+
+    call_s: float = CALL_CPU_S
+    element_s: float = ELEMENT_CPU_S
+
+
+def compute(numel: int, calls: int, cpu: Cpu = Cpu()) -> Cost:
     """The CPU of compressing and decoding ``numel`` elements in ``calls`` encode and decode
     calls (2 on the allgather route, 2p + 3 by two-phase)."""
-    return Cost(0.0, cpu=calls * CALL_CPU_S + numel * ELEMENT_CPU_S)
+    return Cost(0.0, cpu=calls * cpu.call_s + numel * cpu.element_s)
 
 
 def powersgd(rows: int, cols: int, rank: int, p: int) -> Cost:

@@ -47,6 +47,9 @@ def headers(buffer: torch.Tensor, count: int, what: str) -> list[tuple[int, int,
         else:
             header = host[offset:offset + HEADER_BYTES]
         length, word = (int(v) for v in header.view(torch.int32))
+        if length < 0 or offset + HEADER_BYTES + length > buffer.numel():
+            raise RuntimeError(f"hvd_compress: malformed payload for {what}: frame {len(found)} "
+                               f"says {length} bytes, {buffer.numel() - offset - HEADER_BYTES} remain")
         found.append((offset + HEADER_BYTES, length, word))
         offset += HEADER_BYTES + _padded(length)
     if offset != buffer.numel():

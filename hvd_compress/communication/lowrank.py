@@ -9,24 +9,31 @@ n x m matrix at rank r on p ranks: a ring allreduce of r n floats, then one of r
 
 Contributions follow base.py: a rank without a gradient adds zero factors and keeps its
 residual; a non-finite gradient makes its P all NaN, so every rank's aggregate is NaN for that
-tensor this step, and the warm-start Q is not replaced by a NaN one.
+tensor this step. No rank lets that step reach its state: the summed P is checked before
+anything is folded from it, so a healthy rank keeps its whole gradient + residual as its
+residual (it sent nothing that was applied), the non-finite rank's residual is cleared, and the
+warm-start Q stays the last finite one. Before this check one overflow (GradScaler's usual
+first steps) put the other ranks' NaN into every residual, and every later step was skipped.
+
+Memory: the aggregate P^ Q^T is written into the gradient's own storage (base.output_for), so a
+step allocates only the factors.
 """
 import horovod.torch as hvd
 import torch
 
-from ..methods.powersgd import PowerSGD
+from ..compressor import Compressor
 from . import dense
-from .base import Exchange, Wait, contribution, in_two_rounds, timed
+from .base import Exchange, Wait, contribution, in_two_rounds, output_for
 
 
-class _Reduction:
+class _PowerStep:
     """One matrix's PowerSGD step, from P's allreduce in flight to the aggregate."""
 
-    def __init__(self, compressor: PowerSGD, grad: torch.Tensor, name: str, exchange: Exchange,
+    def __init__(self, compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
                  absent: bool) -> None:
         self.compressor, self.grad, self.name, self.exchange = compressor, grad, name, exchange
         self.rows, self.cols = compressor.matrix(grad.shape)
-        with timed(compressor, "compress"):
+        with compressor.accounting.timed("compress"):
             acc, self.finite = contribution(compressor, name, grad, absent)
             # An absent gradient contributes zero factors; its residual (acc is None) stays.
             self.m = (acc if acc is not None else torch.zeros(grad.numel(), device=grad.device)
@@ -41,32 +48,36 @@ class _Reduction:
         self.phase2 = None
 
     def start_phase2(self) -> None:
-        with timed(self.compressor, "wait"):
+        with self.compressor.accounting.timed("wait"):
             p = hvd.synchronize(self.phase1)
-        with timed(self.compressor, "compress"):
-            self.p_hat = torch.linalg.qr(p).Q if torch.isfinite(p).all() else p
+        with self.compressor.accounting.timed("compress"):
+            # Any rank's non-finite gradient makes the sum non-finite: fold nothing from it.
+            finite = bool(torch.isfinite(p).all())
+            self.p_hat = torch.linalg.qr(p).Q if finite else p
             q_mine = self.m.t() @ self.p_hat
-            if self.residual and self.finite:
+            if self.residual and finite:
                 self.m.addmm_(self.p_hat, q_mine.t(), alpha=-1)  # residual_i = M_i - P^ Q_i^T
         op = hvd.Average if self.exchange.average else hvd.Sum
         self.phase2 = hvd.allreduce_async(q_mine, name=self.exchange.name(self.name, ".Q"), op=op,
                                           process_set=self.exchange.process_set)
 
     def result(self) -> torch.Tensor:
-        with timed(self.compressor, "wait"):
+        with self.compressor.accounting.timed("wait"):
             q = hvd.synchronize(self.phase2)
-        self.compressor._count(self.name, self.grad.numel(), 4 * (self.p_hat.numel() + q.numel()))
-        with timed(self.compressor, "decode"):
+        self.compressor.accounting.count(self.name, self.grad.numel(), 4 * (self.p_hat.numel() + q.numel()))
+        with self.compressor.accounting.timed("decode"):
             if torch.isfinite(q).all() and q.any():  # a zero Q (no rank had a gradient) would stay zero
                 self.compressor.keep_q(self.name, q)
-            return (self.p_hat @ q.t()).view(self.grad.shape).to(self.grad.dtype)
+            total = output_for(self.grad, zeroed=False).view(self.rows, self.cols)
+            torch.mm(self.p_hat, q.t(), out=total)
+            return total.view(self.grad.shape).to(self.grad.dtype)
 
 
-def start(compressor: PowerSGD, grad: torch.Tensor, name: str, exchange: Exchange,
+def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
           absent: bool = False) -> Wait:
     """Starts the PowerSGD step of ``grad``, or, during its ``start_step`` dense steps, an
     fp32 allreduce of it; the handle yields the aggregate in ``grad``'s shape and dtype."""
     if not compressor.compressing(name):
-        compressor._count(name, grad.numel(), 4 * grad.numel())
+        compressor.accounting.count(name, grad.numel(), 4 * grad.numel())
         return dense.start(grad, name, exchange)
-    return in_two_rounds(_Reduction(compressor, grad, name, exchange, absent), exchange, name)
+    return in_two_rounds(_PowerStep(compressor, grad, name, exchange, absent), exchange, name)

@@ -45,20 +45,23 @@ from .fusion import BUCKET_BYTES
 from .twophase import fits
 
 ROUTES = ("allgather", "twophase", "dense")
+#: the route sets a plan may draw from: with two-phase, without it, and compressing every tensor
+ROUTE_SETS = (ROUTES, ("allgather", "dense"), ("allgather", "twophase"))
 
 
-def costs(compressor: Compressor, shape: torch.Size, itemsize: int, ranks: int) -> dict[str, cost.Cost]:
+def costs(compressor: Compressor, shape: torch.Size, itemsize: int, ranks: int,
+          cpu: cost.Cpu = cost.Cpu()) -> dict[str, cost.Cost]:
     """The predicted cost of each route available to a gradient of ``shape`` and element size
-    ``itemsize`` (bytes) on ``ranks`` ranks."""
+    ``itemsize`` (bytes) on ``ranks`` ranks, the compressed path taking ``cpu``."""
     n = shape.numel()
     payload = compressor.expected_bytes(n, shape)
-    predicted = {"allgather": cost.allgather(payload, ranks) + cost.compute(n, 2),
+    predicted = {"allgather": cost.allgather(payload, ranks) + cost.compute(n, 2, cpu),
                  "dense": cost.dense(n * itemsize, ranks)}
     if fits(n, ranks):
         region = compressor.expected_bytes(-(-n // ranks), shape)
         share = min(1.0, n * itemsize / BUCKET_BYTES)
         predicted["twophase"] = (cost.twophase(payload, region, ranks, share)
-                                 + cost.compute(n, 2 * ranks + 3))
+                                 + cost.compute(n, 2 * ranks + 3, cpu))
     return predicted
 
 
@@ -66,27 +69,43 @@ def costs(compressor: Compressor, shape: torch.Size, itemsize: int, ranks: int) 
 Tensor = tuple[str, torch.Size, int]
 
 
-def plan(compressor: Compressor, tensors: list[Tensor], ranks: int) -> dict[str, str]:
+def link_of(compressor: Compressor) -> cost.Link:
+    """The link a plan assumes when none was measured: the compressor's ``link_gbit``, or
+    ``cost.DEFAULT_GBIT``, with the fitted latencies."""
+    return cost.Link(compressor.link_gbit or cost.DEFAULT_GBIT)
+
+
+def candidates(compressor: Compressor, tensors: list[Tensor], ranks: int, link: cost.Link,
+               cpu: cost.Cpu = cost.Cpu()) -> list[tuple[float, dict[str, str]]]:
+    """(predicted seconds, routes) of the best plan from each of ``ROUTE_SETS`` and of sending
+    everything dense, fastest first, without repeats."""
+    predicted = {name: costs(compressor, shape, itemsize, ranks, cpu) for name, shape, itemsize in tensors}
+    plans = []
+    for allowed in (*ROUTE_SETS, ("dense",)):
+        # Every plan pays the step's dense allreduce: a model's small tensors (biases, norms),
+        # which are never compressed, make one anyway.
+        routes, total = {}, cost.dense(0, ranks)
+        for name, options in predicted.items():
+            way = min((r for r in options if r in allowed),
+                      key=lambda r: (link.marginal_seconds(options[r]), ROUTES.index(r)))
+            routes[name], total = way, total + options[way]
+        if routes not in [r for _, r in plans]:
+            plans.append((link.seconds(total), routes))
+    return sorted(plans, key=lambda plan: plan[0])
+
+
+def plan(compressor: Compressor, tensors: list[Tensor], ranks: int, link: cost.Link | None = None,
+         cpu: cost.Cpu = cost.Cpu()) -> dict[str, str]:
     """The route of each of ``tensors`` (the compressible gradients of one optimizer) on
-    ``ranks`` ranks: forced routes as forced, ``auto`` as the module docstring says."""
+    ``ranks`` ranks: forced routes as forced; for ``auto`` the model's best plan on ``link``
+    (default: ``link_of(compressor)``), as the module docstring says."""
     forced = compressor.communication
     if forced == "auto" and ranks == 1:
         return {name: "allgather" for name, _, _ in tensors}
     if forced != "auto":  # a tensor two-phase cannot split stays on the allgather
         return {name: "allgather" if forced == "twophase" and not fits(shape.numel(), ranks) else forced
                 for name, shape, _ in tensors}
-    link = cost.Link(compressor.link_gbit)
-    predicted = {name: costs(compressor, shape, itemsize, ranks) for name, shape, itemsize in tensors}
-    best: tuple[float, dict[str, str]] | None = None
-    for allowed in (ROUTES, ("allgather", "dense")):
-        routes, total = {}, cost.Cost(0.0)
-        for name, options in predicted.items():
-            way = min((r for r in options if r in allowed),
-                      key=lambda r: (link.marginal_seconds(options[r]), ROUTES.index(r)))
-            routes[name], total = way, total + options[way]
-        seconds = link.seconds(total)
-        if best is None or seconds < best[0]:
-            best = (seconds, routes)
+    best = candidates(compressor, tensors, ranks, link or link_of(compressor), cpu)[0]
     return best[1]
 
 

@@ -29,7 +29,7 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, compressed, decode_sum, in_two_rounds, output_for, timed
+from .base import Exchange, Wait, compressed, decode_sum, in_two_rounds, output_for
 
 
 def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
@@ -52,7 +52,7 @@ class _Reduction:
         self.compressor, self.grad, self.name, self.exchange = compressor, grad, name, exchange
         self.ranks = exchange.process_set.size()
         self.bounds = chunk_bounds(grad.numel(), self.ranks)
-        with timed(compressor, "compress"):
+        with compressor.accounting.timed("compress"):
             bodies, finite = compressed(compressor, name, grad, absent, self.bounds)
             self.tag = framing.tag_of(compressor.spec(), tuple(grad.shape), "twophase")
             frames = [framing.frame(body, self.tag, finite) for body in bodies]
@@ -62,9 +62,9 @@ class _Reduction:
 
     def start_phase2(self) -> None:
         """Waits for this rank's chunk, reduces and re-compresses it, starts the allgather."""
-        with timed(self.compressor, "wait"):
+        with self.compressor.accounting.timed("wait"):
             bodies, finite = self.phase1.received()
-        with timed(self.compressor, "decode"):
+        with self.compressor.accounting.timed("decode"):
             reduced = self._reduce(bodies, finite)
         self.sent += reduced.numel()
         self.phase2 = hvd.allgather_async(reduced, name=self.exchange.name(self.name, ".gather"),
@@ -75,17 +75,19 @@ class _Reduction:
         re-compressed and framed (empty when non-finite or absent everywhere)."""
         lo, hi = self.bounds[self.exchange.process_set.rank()]
         mine = torch.zeros(hi - lo, dtype=torch.float32, device=self.grad.device)
-        present = decode_sum(self.compressor, bodies, mine, self.grad.shape) if finite else 0
+        present = (decode_sum(self.compressor, bodies, mine, self.grad.shape, what=repr(self.name))
+                   if finite else 0)
         if self.exchange.average:
             mine.div_(self.ranks)
-        self.compressor.finish(mine)
+        self.compressor.aggregate(mine)
         # Non-finite: the server residual stays as it was, clean. No rank had a gradient: it
         # stays too, so that a frozen parameter does not move.
         body = None
         if finite and present:
             memory = self.compressor.memory
             server = memory.buffer(f"{self.name}#server", mine)
-            body = self.compressor.fold_encode(server, mine, self.grad.shape, memory.keeps)
+            body = self.compressor.fold_encode(server, mine, self.grad.shape, memory.keeps,
+                                               f"{self.name}#server")
             if body is None:  # the region's sum overflowed fp32
                 server.zero_()
                 finite = False
@@ -94,10 +96,10 @@ class _Reduction:
         return framing.frame(body, self.tag, finite)
 
     def result(self) -> torch.Tensor:
-        with timed(self.compressor, "wait"):
+        with self.compressor.accounting.timed("wait"):
             gathered = hvd.synchronize(self.phase2)
-        self.compressor._count(self.name, self.grad.numel(), self.sent)
-        with timed(self.compressor, "decode"):
+        self.compressor.accounting.count(self.name, self.grad.numel(), self.sent)
+        with self.compressor.accounting.timed("decode"):
             return self._aggregate(gathered)
 
     def _aggregate(self, gathered: torch.Tensor) -> torch.Tensor:
@@ -105,9 +107,10 @@ class _Reduction:
         if not finite:
             return torch.full_like(self.grad, float("nan"))
         total = output_for(self.grad)
-        for (lo, hi), body in zip(self.bounds, bodies):
-            decode_sum(self.compressor, [body], total[lo:hi], self.grad.shape)
-        self.compressor.finish(total)
+        for rank, ((lo, hi), body) in enumerate(zip(self.bounds, bodies)):
+            decode_sum(self.compressor, [body], total[lo:hi], self.grad.shape, what=repr(self.name),
+                       first_rank=rank)
+        self.compressor.aggregate(total)
         return total.view(self.grad.shape).to(self.grad.dtype)
 
 

@@ -159,12 +159,27 @@ def decode_add(scale, codes, out):
 
     By select, not branch: signs are about even, so a branch on them was mispredicted about
     every other code. Adding -scale is subtracting scale, bit for bit. Measured (4 payloads of
-    a 2.4M-element tensor, about 20% sent, serial): 2.6 ms against 9.1 ms."""
+    a 2.4M-element tensor, about 20% sent, serial): 2.6 ms against 9.1 ms.
+
+    A code whose index is outside ``out`` (a damaged payload: methods/adacomp.py) is skipped,
+    never written; returns how many were. The check is one compare and a branch a sound
+    payload always takes, never mispredicted; the index is unsigned, which spares Numba's
+    wraparound of negative ones, so the checked loop is no slower than the unchecked one it
+    replaced. Measured, AdaComp's ``decode_add_all`` of 4 payloads (about 11% sent; length
+    checks included), serial, medians, interleaved in one process: 2.4M elements 0.61 ms
+    against 0.73 ms unchecked; 25M elements 16.6 ms against 16.7 ms."""
     s = scale[0]
+    n = out.size
+    bad = 0
     for j in range(codes.size):
         c = codes[j]
         negative = c < 0
-        out[~c if negative else c] += -s if negative else s
+        i = np.uint32(~c if negative else c)
+        if i < n:
+            out[i] += -s if negative else s
+        else:
+            bad += 1
+    return bad
 
 
 @njit(cache=True)
@@ -179,7 +194,10 @@ def decode_add_all(buffer, starts, lengths, out):
     is bitwise that of the calls. Tried and not kept: adding every payload to one block of
     ``out`` at a time (the indices increase), so that ``out`` crosses memory once, not p
     times: slower (25M elements, 4 payloads of 11%: 59 ms against 54 ms), the per-code test
-    for the block's end costing more than the sweeps it saves."""
+    for the block's end costing more than the sweeps it saves. Returns how many codes, over
+    all payloads, had an index outside ``out`` (skipped, as in ``decode_add``)."""
+    bad = 0
     for r in range(starts.size):
         payload = buffer[starts[r]:starts[r] + lengths[r]]
-        decode_add(payload[:4].view(np.float32), payload[4:].view(np.int32), out)
+        bad += decode_add(payload[:4].view(np.float32), payload[4:].view(np.int32), out)
+    return bad

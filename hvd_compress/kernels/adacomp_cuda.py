@@ -48,14 +48,17 @@ def _emit(acc, grad, bin_size, gmax, sent, scale, codes, counter):
 
 
 @cuda.jit
-def _decode_add(scale, codes, out):
+def _decode_add(scale, codes, out, bad):
     j = cuda.grid(1)
     if j < codes.size:
         c = codes[j]
-        if c >= 0:
-            out[c] += scale[0]
+        i = c if c >= 0 else ~c
+        if i >= out.size:  # a damaged payload: skipped and counted
+            cuda.atomic.add(bad, 0, 1)
+        elif c >= 0:
+            out[i] += scale[0]
         else:
-            out[~c] -= scale[0]
+            out[i] -= scale[0]
 
 
 def select(acc, grad, bin_size: int, stream=0):
@@ -73,7 +76,12 @@ def select(acc, grad, bin_size: int, stream=0):
     return scale, codes
 
 
-def decode_add(scale, codes, out, stream=0) -> None:
-    """out[i] += scale[0] for code i >= 0; out[~code] -= scale[0] otherwise."""
-    if codes.size:
-        _decode_add[blocks(codes.size), THREADS, stream](scale, codes, out)
+def decode_add(scale, codes, out, stream=0) -> int:
+    """out[i] += scale[0] for code i >= 0; out[~code] -= scale[0] otherwise. A code whose index
+    is outside ``out`` is skipped, never written; returns how many were (adacomp_cpu), counted
+    on the device and copied back: one stream synchronization a call."""
+    if not codes.size:
+        return 0
+    bad = zeros(1, np.int64, stream)
+    _decode_add[blocks(codes.size), THREADS, stream](scale, codes, out, bad)
+    return int(bad.copy_to_host(stream=stream)[0])

@@ -199,11 +199,15 @@ def _quantize(acc, grad, groups, scaling, fold, keep):
 
 
 def dequantize_add(bits: np.ndarray, low: np.ndarray, high: np.ndarray, out: np.ndarray) -> None:
-    """out[i] += high[g] if bit i is set else low[g], g = i % groups."""
+    """out[i] += high[g] if bit i is set else low[g], g = i % groups. Nothing in a payload
+    addresses memory but its length: ``bits`` of (out.size + 7) // 8 bytes and ``low`` and
+    ``high`` of one size, which the caller checks (methods/onebit.py, in O(1))."""
     _bits(out, bits, low, high, False)
 
 
 def dequantize_add_all(buffer: np.ndarray, starts: np.ndarray, groups: int, out: np.ndarray) -> None:
     """``dequantize_add`` of each payload (low, high, bits back to back, ``groups`` scales
-    each) that starts at ``buffer[starts[r]]``, in order, in one pass over ``out``."""
+    each) that starts at ``buffer[starts[r]]``, in order, in one pass over ``out``. Each
+    payload must be 8 ``groups`` + (out.size + 7) // 8 bytes long, which the caller checks
+    (methods/onebit.py): this reads that many from each start."""
     _add_all(out, buffer, starts, groups)

@@ -70,4 +70,5 @@ def quantize(acc, groups: int, scaling: str, stream=0):
 
 
 def dequantize_add(bits, low, high, out, stream=0) -> None:
+    """onebit_cpu.dequantize_add: the caller checks the sizes."""
     _unpack_add[blocks(out.size), THREADS, stream](bits, low, high, out)

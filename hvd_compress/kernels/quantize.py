@@ -221,6 +221,9 @@ def encode(k, acc, scheme: Scheme, bucket: int, seed: int, clip: float = np.inf)
 
 
 def decode_add(k, scales, codes, out, scheme: Scheme, bucket: int) -> None:
-    """out += the values (scales, codes) stand for."""
+    """out += the values (scales, codes) stand for. Every code is a field of the table, so
+    only the sizes could reach outside the arrays: ``scales`` must hold one per bucket of
+    ``out`` and ``codes`` out.size / (8 // bits) bytes (rounded up), which the caller checks
+    (methods/quantized.py, the payload's exact length)."""
     bucket = out.size if scheme.whole else bucket
     k.decode(codes, scales, bucket, scheme.bits, k.device(scheme.table()), out)

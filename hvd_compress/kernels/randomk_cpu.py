@@ -116,5 +116,7 @@ def select(acc: np.ndarray, k: int, seed: int) -> np.ndarray:
 
 
 def decode_add(seed: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
-    """out[index j of seed[0]] += values[j]; ``seed`` is the payload's 1-element int64 array."""
+    """out[index j of seed[0]] += values[j]; ``seed`` is the payload's 1-element int64 array.
+    Any seed's indices lie inside ``out`` (images of a permutation of range(out.size)); only
+    values.size must be at most out.size, which the caller checks (methods/randomk.py)."""
     _scatter(out, values, np.int64(seed[0]))

@@ -88,6 +88,7 @@ def select(acc, k: int, seed: int, stream=0):
 
 
 def decode_add(seed, values, out, stream=0) -> None:
-    """out[index j of seed[0]] += values[j]; ``seed``: the payload's 1-element int64 array."""
+    """out[index j of seed[0]] += values[j]; ``seed``: the payload's 1-element int64 array.
+    values.size must be at most out.size (randomk_cpu.decode_add)."""
     if values.size:
         _scatter[blocks(values.size), THREADS, stream](seed, values, out)

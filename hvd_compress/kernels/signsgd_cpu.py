@@ -18,5 +18,6 @@ def pack(acc: np.ndarray) -> np.ndarray:
 
 
 def unpack_add(bits: np.ndarray, out: np.ndarray) -> None:
-    """out[i] += +1 where bit i is set, -1 elsewhere."""
+    """out[i] += +1 where bit i is set, -1 elsewhere; ``bits`` holds (out.size + 7) // 8 bytes
+    (the caller checks: methods/signsgd.py)."""
     dequantize_add(bits, _LOW, _HIGH, out)

@@ -26,8 +26,10 @@ from typing import Any
 
 import torch
 
-from ..compressor import Compressor, is_int, require
+from ..compressor import Compressor
+from ..options import is_int, require
 from ..kernels import adacomp_cpu, arrays
+from ..payload import entry_count, indices_inside
 
 CONV_BIN, FC_BIN = 50, 500
 # The share of entries AdaComp sends adapts to the gradient. Measured over the first 4 steps of
@@ -58,17 +60,18 @@ class AdaComp(Compressor):
     def expected_bytes(self, numel: int, shape: torch.Size) -> float:
         return 4 + 4 * EXPECTED_DENSITY * numel
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+               key: str = "") -> torch.Tensor:
         grad32 = grad.to(torch.float32)  # no copy for fp32 gradients
         return self._payload(*arrays.kernels("adacomp", acc).select(
             arrays.view(acc), arrays.view(grad32), self.bin_for(shape)), acc)
 
     def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
-                    keep: bool) -> torch.Tensor | None:
+                    keep: bool, key: str = "") -> torch.Tensor | None:
         # On fp32 CPU gradients the fold and the finite check run inside the selection's
         # first pass, a bin at a time (kernels/adacomp_cpu.py, fold_select).
         if not arrays.one_pass_cpu(acc, grad):
-            return super().fold_encode(acc, grad, shape, keep)
+            return super().fold_encode(acc, grad, shape, keep, key)
         selected = adacomp_cpu.fold_select(arrays.view(acc), arrays.view(grad), keep,
                                            self.bin_for(shape))
         return None if selected is None else self._payload(*selected, acc)
@@ -79,10 +82,20 @@ class AdaComp(Compressor):
         return arrays.join([scale, arrays.tensor(codes, like)])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
-        arrays.kernels("adacomp", out).decode_add(
-            arrays.view(payload[:4].view(torch.float32)), arrays.view(payload[4:].view(torch.int32)), arrays.view(out))
+        """Checks, before adding (PayloadError otherwise, payload.py): the length, the scale and
+        4 bytes a code, at most ``out.numel()`` codes (O(1): about 0.2 us a payload), and in
+        the kernel each code's index (one compare a code; measured no slower than the unchecked
+        decode: kernels/adacomp_cpu.py decode_add). On CUDA the kernel counts bad indices on
+        the device, and reading the count back is one stream sync a payload."""
+        entry_count(payload, 4, 4, out)
+        indices_inside(arrays.kernels("adacomp", out).decode_add(
+            arrays.view(payload[:4].view(torch.float32)), arrays.view(payload[4:].view(torch.int32)),
+            arrays.view(out)), out)
 
     def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
         if arrays.on_cuda(out):
             return super().decode_add_all(payloads, out, shape)
-        arrays.kernels("adacomp", out).decode_add_all(*arrays.spans(payloads), arrays.view(out))
+        for payload in payloads:
+            entry_count(payload, 4, 4, out)
+        indices_inside(arrays.kernels("adacomp", out).decode_add_all(
+            *arrays.spans(payloads), arrays.view(out)), out)

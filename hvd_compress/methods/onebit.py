@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 
-from ..compressor import Compressor, one_of
+from ..compressor import Compressor
+from ..options import one_of
 from ..kernels import arrays, onebit_cpu
+from ..payload import exact_length
 
 SCALINGS = ("means", "l1")
 GRANULARITIES = ("tensor", "column")
@@ -53,23 +55,36 @@ class OneBit(Compressor):
     def expected_bytes(self, numel: int, shape: torch.Size) -> float:
         return (numel + 7) // 8 + 8 * self.groups(numel, shape)
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+               key: str = "") -> torch.Tensor:
         low, high, bits = arrays.kernels("onebit", acc).quantize(
             arrays.view(acc), self.groups(acc.numel(), shape), self.scaling)
         return arrays.join([arrays.tensor(a, acc) for a in (low, high, bits)])
 
     def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
-                    keep: bool) -> torch.Tensor | None:
+                    keep: bool, key: str = "") -> torch.Tensor | None:
         # On fp32 CPU gradients the fold and the finite check run inside the pass that sums
         # the signs' groups (kernels/onebit_cpu.py, fold_quantize).
         if not arrays.one_pass_cpu(acc, grad):
-            return super().fold_encode(acc, grad, shape, keep)
+            return super().fold_encode(acc, grad, shape, keep, key)
         quantized = onebit_cpu.fold_quantize(arrays.view(acc), arrays.view(grad), keep,
                                              self.groups(acc.numel(), shape), self.scaling)
         return None if quantized is None else arrays.join([arrays.tensor(a, acc) for a in quantized])
 
-    def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+    def _decoded_groups(self, payloads: list[torch.Tensor], out: torch.Tensor,
+                        shape: torch.Size) -> int:
+        """The group count of payloads for ``out``, after checking that each is as long as
+        that layout's: the kernels read no further (PayloadError otherwise, payload.py)."""
         groups = self.groups(out.numel(), shape)
+        for payload in payloads:
+            exact_length(payload, 8 * groups + (out.numel() + 7) // 8, out)
+        return groups
+
+    def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        """Checks the length, exactly the scales and bits of ``out``'s layout, before adding
+        (PayloadError otherwise, payload.py): nothing else in the payload addresses memory.
+        O(1), about 0.3 us a payload; a flipped scale or bit decodes to other values."""
+        groups = self._decoded_groups([payload], out, shape)
         scales = payload[:8 * groups].view(torch.float32)
         arrays.kernels("onebit", out).dequantize_add(
             arrays.view(payload[8 * groups:]), arrays.view(scales[:groups]),
@@ -78,6 +93,6 @@ class OneBit(Compressor):
     def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
         if arrays.on_cuda(out):
             return super().decode_add_all(payloads, out, shape)
+        groups = self._decoded_groups(payloads, out, shape)
         buffer, starts, _ = arrays.spans(payloads)
-        arrays.kernels("onebit", out).dequantize_add_all(
-            buffer, starts, self.groups(out.numel(), shape), arrays.view(out))
+        arrays.kernels("onebit", out).dequantize_add_all(buffer, starts, groups, arrays.view(out))

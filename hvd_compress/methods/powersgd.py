@@ -31,13 +31,16 @@ from typing import Any
 
 import torch
 
-from ..compressor import Compressor, is_int, require
+from ..compressor import Compressor
+from ..options import is_int, require
 
 
 class PowerSGD(Compressor):
     """``PowerSGD(rank=1, warm_start=True, start_step=0)``."""
 
     name = "powersgd"
+    #: the factors travel through Horovod's allreduce (communication/lowrank.py)
+    ROUTES = ("lowrank",)
 
     def __init__(self, *, rank: int = 1, warm_start: bool = True, start_step: int = 0,
                  error_feedback: bool = True, min_numel: int = 1024) -> None:
@@ -46,9 +49,6 @@ class PowerSGD(Compressor):
         require(isinstance(warm_start, bool), "warm_start", "True or False", warm_start)
         require(is_int(start_step) and start_step >= 0, "start_step", "an int >= 0", start_step)
         self.rank, self.warm_start, self.start_step = rank, warm_start, start_step
-        self.communication = "lowrank"  # communication/lowrank.py: factors through allreduce
-        self._q: dict[str, torch.Tensor] = {}
-        self._seen: dict[str, int] = {}
 
     def options(self) -> dict[str, Any]:
         return {"error_feedback": self.error_feedback, "min_numel": self.min_numel,
@@ -70,22 +70,21 @@ class PowerSGD(Compressor):
 
     def compressing(self, name: str) -> bool:
         """Counts a step of ``name``; False while it is still in its dense start."""
-        with self._lock:
-            step = self._seen.get(name, 0)
-            self._seen[name] = step + 1
+        state = self.states.get(name, lambda: {"steps": 0})
+        step, state["steps"] = state["steps"], state["steps"] + 1
         return step >= self.start_step
 
     def q(self, name: str, cols: int, device: torch.device) -> torch.Tensor:
         """This step's Q for ``name``: the last aggregate (warm start), or a random one that
         every rank draws alike (seeded by the parameter's name)."""
-        with self._lock:
-            kept = self._q.get(name)
+        kept = self.states.get(name, lambda: {"steps": 0}).get("q")
         if self.warm_start and kept is not None and kept.shape == (cols, self.rank):
             return kept.to(device)
         seed = zlib.crc32(name.encode())
         return torch.randn(cols, self.rank, generator=torch.Generator().manual_seed(seed)).to(device)
 
     def keep_q(self, name: str, q: torch.Tensor) -> None:
+        """Keeps the step's aggregate Q (every rank's is the same) for the next step's warm
+        start; ``state_dict()`` saves it with the step count."""
         if self.warm_start:
-            with self._lock:
-                self._q[name] = q
+            self.states.get(name, lambda: {"steps": 0})["q"] = q

@@ -31,7 +31,7 @@ Decisions where the paper is silent:
 """
 from typing import Any
 
-from ..compressor import is_int, require
+from ..options import is_int, require
 from ..kernels import quantize
 from .quantized import Quantized
 

@@ -8,7 +8,7 @@ two-phase, as ``communication`` chooses (communication/route.py).
 
 Randomness: a rank's rounding noise is its own. The seed of an encode hashes the ``seed``
 option, the rank (``noise_rank``: Horovod's rank, or 0 before ``hvd.init()``), the piece's
-length and how many times this buffer has been encoded (methods/state.py, not checkpointed),
+length and how many times this piece has been encoded (``self.states``, checkpointed),
 and entry i of the piece draws ``counter_rng.uniform(seed, i)``. Decoding draws nothing, so
 every rank decodes every payload to the same bits and ranks stay bitwise identical. Pieces of
 one tensor with the same length (two-phase chunks) encoded by one rank in one step share a
@@ -19,13 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compressor import Compressor, is_int, require
+from ..compressor import Compressor
+from ..options import is_int, require
 from ..kernels import arrays, quantize, randomk_cpu
-from .state import PerBuffer
-
-
-class _Count:
-    steps = 0
+from ..payload import exact_length
 
 
 class Quantized(Compressor):
@@ -43,7 +40,6 @@ class Quantized(Compressor):
         #: the rank that seeds this compressor's noise; None: Horovod's rank (0 before init).
         #: A single-process simulation of several ranks sets it (tests/test_horovod.py).
         self.noise_rank: int | None = None
-        self._counts: PerBuffer[_Count] = PerBuffer()
 
     def options(self) -> dict[str, Any]:
         seed = {} if self.seed is None else {"seed": self.seed}
@@ -63,25 +59,26 @@ class Quantized(Compressor):
 
         return hvd.rank() if hvd.is_initialized() else 0
 
-    def _encode_seed(self, acc: torch.Tensor) -> int:
+    def _encode_seed(self, key: str, n: int) -> int:
         if self.seed is None:  # deterministic rounding
             return 0
-        count = self._counts.get(acc, _Count)
-        n = acc.numel()
-        seed = randomk_cpu.step_seed(randomk_cpu.step_seed(self.seed, self._rank(), n), count.steps, n)
-        count.steps += 1
+        count = self.states.get(key, lambda: {"steps": 0})
+        seed = randomk_cpu.step_seed(randomk_cpu.step_seed(self.seed, self._rank(), n), count["steps"], n)
+        count["steps"] += 1
         return seed
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+               key: str = "") -> torch.Tensor:
         scales, codes = quantize.encode(arrays.kernels("quantize", acc), arrays.view(acc), self.scheme,
-                                        self.bucket_size, self._encode_seed(acc), self.clip_bound(acc))
+                                        self.bucket_size, self._encode_seed(key, acc.numel()),
+                                        self.clip_bound(acc))
         return arrays.join([arrays.tensor(scales, acc), arrays.tensor(codes, acc)])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        """Checks the length, exactly the scales and codes of ``out``'s buckets, before adding
+        (PayloadError otherwise, payload.py; O(1), about 0.2 us): every code is a field of the
+        table, so nothing else in the payload addresses memory."""
+        exact_length(payload, self.scheme.payload_bytes(out.numel(), self.bucket_size), out)
         split = 4 * self.scheme.buckets(out.numel(), self.bucket_size)
         quantize.decode_add(arrays.kernels("quantize", out), arrays.view(payload[:split].view(torch.float32)),
                             arrays.view(payload[split:]), arrays.view(out), self.scheme, self.bucket_size)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._counts.clear()  # the memory's buffers were replaced

@@ -21,8 +21,8 @@ Decisions where the paper is silent:
   they all have its gradient) draw the same indices, so the aggregate is dense on only k
   coordinates; a rank that skipped a step (no gradient) draws its own indices from then on,
   which is still correct, since every payload carries its seed and decoding needs no state.
-  Pieces (the two-phase allreduce) count their own encodes. The count is kept per memory buffer
-  (methods/state.py) and is not checkpointed.
+  Pieces (the two-phase allreduce) count their own encodes. The count is kept per piece
+  (``self.states``, state.py) and checkpointed with ``state_dict()``.
 * No rescaling by n/k: with memory the paper sends the entries as they are (the unsent part
   stays in the residual). With ``error_feedback=False`` the update is therefore k/n of the
   gradient in expectation; that setting is an ablation, not the paper's method.
@@ -33,13 +33,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compressor import Compressor, is_int, require
+from ..compressor import Compressor
+from ..options import is_int, ratio as check_ratio, require
 from ..kernels import arrays, randomk_cpu
-from .state import PerBuffer
-
-
-class _Count:
-    steps = 0
+from ..payload import entry_count
 
 
 class RandomK(Compressor):
@@ -49,12 +46,10 @@ class RandomK(Compressor):
 
     def __init__(self, ratio: float = 0.01, *, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1,
-                "ratio", "a number in (0, 1]", ratio)
+        check_ratio(ratio)
         require(is_int(seed) and seed >= 0, "seed", "an int >= 0", seed)
         self.ratio = ratio
         self.seed = seed
-        self._counts: PerBuffer[_Count] = PerBuffer()
 
     def options(self) -> dict[str, Any]:
         return {**super().options(), "ratio": self.ratio, "seed": self.seed}
@@ -65,19 +60,21 @@ class RandomK(Compressor):
     def expected_bytes(self, numel: int, shape: torch.Size) -> float:
         return 8 + 4 * self.k(numel)
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-        count = self._counts.get(acc, _Count)
-        seed = randomk_cpu.step_seed(self.seed, count.steps, acc.numel())
-        count.steps += 1
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+               key: str = "") -> torch.Tensor:
+        count = self.states.get(key, lambda: {"steps": 0})
+        seed = randomk_cpu.step_seed(self.seed, count["steps"], acc.numel())
+        count["steps"] += 1
         values = arrays.kernels("randomk", acc).select(arrays.view(acc), self.k(acc.numel()), seed)
         header = torch.tensor([seed], dtype=torch.int64, device=acc.device)
         return arrays.join([header, arrays.tensor(values, acc)])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        """Checks the length, the seed and 4 bytes a value, at most ``out.numel()`` values,
+        before adding (PayloadError otherwise, payload.py; O(1), about 0.2 us). Any seed is
+        sound: its indices are a permutation's images, all inside ``out``."""
+        if not entry_count(payload, 8, 4, out):
+            return
         arrays.kernels("randomk", out).decode_add(
             arrays.view(payload[:8].view(torch.int64)), arrays.view(payload[8:].view(torch.float32)),
             arrays.view(out))
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._counts.clear()  # the memory's buffers were replaced

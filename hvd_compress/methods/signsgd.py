@@ -37,35 +37,36 @@ Decisions where the papers are silent:
   ``"auto"`` and ``"dense"`` are refused (dense would average instead of vote). With momentum
   only ``"allgather"``: two-phase would apply the momentum again to the reduced chunk.
 * Sparse gradients and tensors below a user-set ``min_numel`` still go dense: averaged, not voted.
-* The momentum buffer is kept per memory buffer (methods/state.py), fp32, starting at zero, and
-  is not checkpointed.
+* The momentum buffer is kept per piece (``self.states``, state.py), fp32, starting at zero, and
+  checkpointed with ``state_dict()`` (this rank's own: not loaded from another rank's).
 """
 from typing import Any
 
 import torch
 
-from ..compressor import Compressor, require
+from ..compressor import Compressor
+from ..options import is_number, require
 from ..kernels import arrays
-from .state import PerBuffer
+from ..payload import exact_length
 
 
 class SignSGD(Compressor):
     """``SignSGD(momentum=0.0)``: majority vote of signs; ``momentum > 0`` gives Signum."""
 
     name = "signsgd"
+    ROUTES = ("allgather", "twophase")
+    LOCAL_STATE = ("momentum",)
 
     def __init__(self, *, momentum: float = 0.0, error_feedback: bool = False, min_numel: int = 0,
                  communication: str = "allgather", **kwargs: Any) -> None:
-        super().__init__(error_feedback=error_feedback, min_numel=min_numel,
-                         communication=communication, **kwargs)
-        require(isinstance(momentum, (int, float)) and not isinstance(momentum, bool)
-                and 0 <= momentum < 1, "momentum", "a number in [0, 1)", momentum)
-        allowed = ("allgather",) if momentum else ("allgather", "twophase")
+        require(is_number(momentum) and 0 <= momentum < 1, "momentum", "a number in [0, 1)", momentum)
+        allowed = self.ROUTES[:1] if momentum else self.ROUTES
         require(communication in allowed, "communication",
                 f"one of {allowed} for signsgd{' with momentum' if momentum else ''} (a majority "
                 "vote: dense would average, two-phase would re-apply momentum)", communication)
+        super().__init__(error_feedback=error_feedback, min_numel=min_numel,
+                         communication=communication, **kwargs)
         self.momentum = momentum
-        self._momenta: PerBuffer[torch.Tensor] = PerBuffer()
 
     def options(self) -> dict[str, Any]:
         return {**super().options(), "momentum": self.momentum}
@@ -73,20 +74,20 @@ class SignSGD(Compressor):
     def expected_bytes(self, numel: int, shape: torch.Size) -> float:
         return (numel + 7) // 8
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+               key: str = "") -> torch.Tensor:
         if self.momentum:
-            m = self._momenta.get(acc, lambda: torch.zeros_like(acc))
+            m = self.states.get(key, lambda: {"momentum": torch.zeros_like(acc)})["momentum"]
             arrays.kernels("momentum", acc).accumulate(
                 arrays.view(acc), arrays.view(grad.to(torch.float32)), arrays.view(m),
                 self.momentum, 1.0 - self.momentum)
         return arrays.tensor(arrays.kernels("signsgd", acc).pack(arrays.view(acc)), acc)
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
+        """Checks the length, exactly ceil(n / 8) bytes, before adding (PayloadError
+        otherwise, payload.py; O(1), about 0.2 us): nothing else addresses memory."""
+        exact_length(payload, (out.numel() + 7) // 8, out)
         arrays.kernels("signsgd", out).unpack_add(arrays.view(payload), arrays.view(out))
 
-    def finish(self, total: torch.Tensor) -> None:
+    def aggregate(self, total: torch.Tensor) -> None:
         total.sign_()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._momenta.clear()  # the memory's buffers were replaced

@@ -12,7 +12,7 @@ Payload: ceil(n/8) bytes of sign bits.
 """
 from typing import Any
 
-from ..compressor import require
+from ..options import is_number, require
 from .signsgd import SignSGD
 
 
@@ -22,6 +22,6 @@ class Signum(SignSGD):
     name = "signum"
 
     def __init__(self, *, momentum: float = 0.9, **kwargs: Any) -> None:
-        require(isinstance(momentum, (int, float)) and not isinstance(momentum, bool) and momentum > 0,
+        require(is_number(momentum) and momentum > 0,
                 "momentum", "a number in (0, 1) (momentum=0 is signsgd)", momentum)
         super().__init__(momentum=momentum, **kwargs)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compressor import require
+from ..options import require
 from ..kernels import quantize
 from .quantized import Quantized
 

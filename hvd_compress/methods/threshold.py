@@ -32,8 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compressor import Compressor, require
+from ..compressor import Compressor
+from ..options import require
 from ..kernels import arrays
+from .topk import add_pairs
 
 ASSUMED_DENSITY = 0.01
 
@@ -56,7 +58,8 @@ class Threshold(Compressor):
     def expected_bytes(self, numel: int, shape: torch.Size) -> float:
         return 4 + 8 * int(np.ceil(ASSUMED_DENSITY * numel))
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+               key: str = "") -> torch.Tensor:
         values, indices = arrays.kernels("threshold", acc).select(arrays.view(acc), self.threshold)
         count = torch.tensor([values.size], dtype=torch.int32, device=acc.device)
         if values.size == 0:  # no zero-length device arrays through __cuda_array_interface__
@@ -64,9 +67,7 @@ class Threshold(Compressor):
         return arrays.join([count, arrays.tensor(values, acc), arrays.tensor(indices, acc)])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
-        count = (payload.numel() - 4) // 8  # the header says the same; sizes need no device sync
-        if count == 0:
-            return
-        values = arrays.view(payload[4:4 + 4 * count].view(torch.float32))
-        indices = arrays.view(payload[4 + 4 * count:].view(torch.int32))
-        arrays.kernels("topk", out).scatter_add(values, indices, arrays.view(out))
+        """TopK's decoder after the count header, with its checks (the length, and each index
+        in the kernel: methods/topk.py). The count is the length's; the header says the same
+        and is not read (sizes need no device sync)."""
+        add_pairs(payload, 4, out)

@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..compressor import Compressor, one_of, require
+from ..compressor import Compressor
+from ..options import one_of, ratio as check_ratio
 from ..kernels import arrays, topk_cpu
+from ..payload import entry_count, indices_inside
 
 SELECTIONS = ("sampled", "exact")
 
@@ -32,8 +34,7 @@ class TopK(Compressor):
 
     def __init__(self, ratio: float = 0.01, *, selection: str = "sampled", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1,
-                "ratio", "a number in (0, 1]", ratio)  # NaN fails the comparison too
+        check_ratio(ratio)
         one_of("selection", selection, SELECTIONS)
         self.ratio = ratio
         self.selection = selection
@@ -47,18 +48,19 @@ class TopK(Compressor):
     def expected_bytes(self, numel: int, shape: torch.Size) -> float:
         return 8 * self.k(numel)
 
-    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
+               key: str = "") -> torch.Tensor:
         kernels = arrays.kernels("topk", acc)
         values, indices = kernels.select(arrays.view(acc), self.k(acc.numel()),
                                          self.selection == "exact")
         return arrays.join([arrays.tensor(values, acc), arrays.tensor(indices, acc)])
 
     def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
-                    keep: bool) -> torch.Tensor | None:
+                    keep: bool, key: str = "") -> torch.Tensor | None:
         # The sampled selection on fp32 CPU gradients folds, checks and selects in one pass
         # (kernels/topk_cpu.py, fold_topk_sampled).
         if self.selection != "sampled" or not arrays.one_pass_cpu(acc, grad):
-            return super().fold_encode(acc, grad, shape, keep)
+            return super().fold_encode(acc, grad, shape, keep, key)
         selected = topk_cpu.fold_topk_sampled(arrays.view(acc), arrays.view(grad), keep,
                                               self.k(acc.numel()))
         if selected is None:
@@ -66,12 +68,29 @@ class TopK(Compressor):
         return arrays.join([arrays.tensor(a, acc) for a in selected])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
-        count = payload.numel() // 8
-        values = arrays.view(payload[:4 * count].view(torch.float32))
-        indices = arrays.view(payload[4 * count:].view(torch.int32))
-        arrays.kernels("topk", out).scatter_add(values, indices, arrays.view(out))
+        """Checks, before adding (PayloadError otherwise, payload.py): the length, 8 bytes an
+        entry and at most ``out.numel()`` entries (O(1): about 0.2 us a payload), and in the
+        kernel each index, 0 <= i < out.numel() (one compare an entry; measured no slower
+        than the unchecked decode: kernels/topk_cpu.py scatter_add). On CUDA the kernel counts
+        bad indices on the device, and reading the count back is one stream sync a payload."""
+        add_pairs(payload, 0, out)
 
     def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
         if arrays.on_cuda(out):
             return super().decode_add_all(payloads, out, shape)
-        arrays.kernels("topk", out).scatter_add_all(*arrays.spans(payloads), arrays.view(out))
+        for payload in payloads:
+            entry_count(payload, 0, 8, out)
+        indices_inside(arrays.kernels("topk", out).scatter_add_all(
+            *arrays.spans(payloads), arrays.view(out)), out)
+
+
+def add_pairs(payload: torch.Tensor, head: int, out: torch.Tensor) -> None:
+    """Adds the (value, index) pairs that follow ``head`` header bytes of ``payload`` to
+    ``out``: c float32 values, then c int32 indices (TopK's payload; Threshold's and DGC's
+    too). Raises PayloadError for a length that is not the header and whole pairs, at most one
+    per element of ``out``, or for an index outside ``out`` (payload.py)."""
+    count = entry_count(payload, head, 8, out)
+    if count:  # no zero-length device arrays through __cuda_array_interface__
+        values = arrays.view(payload[head:head + 4 * count].view(torch.float32))
+        indices = arrays.view(payload[head + 4 * count:].view(torch.int32))
+        indices_inside(arrays.kernels("topk", out).scatter_add(values, indices, arrays.view(out)), out)

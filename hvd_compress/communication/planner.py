@@ -1,0 +1,180 @@
+"""``communication="auto"`` on the user's own cluster: measure the world, try the best plans for
+real, keep the fastest. Nothing here comes from the machine hvd_compress was developed on.
+
+Per optimizer and Horovod world (a new world after an elastic reset starts over):
+
+1. Warm-up, step 0: every tensor dense, exactly as Horovod alone sends it.
+2. At the end of step 0's ``synchronize()``: measure the link and this method's CPU (probe.py,
+   the maximum over ranks), and ask the cost model (route.candidates) for its plans on that
+   world. The candidates are: everything dense, the model's best plan and its runner-up.
+3. Trials: the candidates take turns, one step each, ``ROUNDS`` rounds. A step's time runs from
+   the end of one ``synchronize()`` to the end of the next (forward, backward, communication,
+   and the previous update, which is the same for every plan). The median per candidate, the
+   maximum over ranks (the slowest rank sets a synchronous step's pace): the fastest candidate
+   is final, and all dense unless another is faster by more than ``MARGIN``. So a cluster where
+   compression does not pay gets Horovod's own step, and one where the model is wrong gets
+   whichever plan measured fastest, not the model's guess.
+4. Every ``RECHECK`` steps the median of the last ``WINDOW`` step times is compared with the
+   final plan's trial; if it drifted by more than ``DRIFT`` on any rank, the trials run again.
+
+A compressor resumed from a checkpoint whose plan was final (``Compressor.load_state_dict``, same
+world size and tensors) takes that plan at once, without warm-up, probe or trials, so that a
+resume stays bitwise; its first ``WINDOW`` steps give the drift check its baseline.
+
+Every decision is taken from figures every rank holds alike (each comes through an allreduce of
+the maximum), at the same step on every rank, so every rank takes the same routes.
+
+Switching a tensor between routes keeps error feedback exact: no residual is lost or applied
+twice. A tensor leaving two-phase folds its server residual (its region of the reduced sum, not
+yet sent) into the worker residual of the rank that holds it, scaled to the worker's units
+(times p when the optimizer averages). A tensor going dense adds its worker residual to its next
+gradient, once, and the residual is dropped (``release``).
+
+Cost, measured per model in the README ("Choosing routes"): the probe (about 0.3 s at
+100 Mbit/s), and the trial steps run on plans slower than the final one: 1 + 3 x 3 steps until
+the plan is final.
+"""
+import statistics
+import time
+
+import torch
+
+from ..compressor import Compressor
+from . import cost, probe, route
+from .base import Exchange
+from .twophase import chunk_bounds
+
+ROUNDS = 3
+MARGIN = 0.02
+RECHECK, WINDOW, DRIFT = 200, 20, 0.25
+DENSE = "dense"
+
+
+class Planner:
+    """The routes of one optimizer's compressible tensors in one world (module docstring)."""
+
+    def __init__(self, compressor: Compressor, tensors: list[route.Tensor], exchange: Exchange,
+                 world: int) -> None:
+        self.compressor, self.tensors, self.exchange = compressor, tensors, exchange
+        self.prefix = f"{exchange.prefix}.auto{world}"
+        self.routes = {name: DENSE for name, _, _ in tensors}
+        #: names whose worker residual is added to their next dense gradient
+        self.release: set[str] = set()
+        self.plans: list[dict[str, str]] = []
+        self.trials: list[int] = []  # the candidate each trial step runs, in order
+        self.times: list[float] = []
+        self.step = 0
+        self.final_step: int | None = None
+        self.final_time = 0.0
+        self.last = time.perf_counter()
+        self.report: dict = {"state": "warm-up"}
+        compressor.accounting.plan = self.report
+        resumed = compressor.resumed_routes
+        if resumed is not None and set(resumed) == set(self.routes):
+            self.routes, self.final_step, self.final_time = dict(resumed), 0, None
+            self.report.update({"state": "final", "resumed": True, "routes": dict(resumed)})
+
+    def step_finished(self) -> bool:
+        """Called at the end of each step's ``synchronize()``; returns whether the routes changed."""
+        now = time.perf_counter()
+        elapsed, self.last = now - self.last, now
+        self.step += 1
+        if self.step == 1 and self.final_step is None:
+            self._measure()
+            return self._begin_trials()
+        if self.trials:
+            self.times.append(elapsed)
+            if len(self.times) < len(self.trials):
+                return self._use(self.plans[self.trials[len(self.times)]])
+            return self._decide()
+        self.times.append(elapsed)
+        if self.final_time is None:  # a resumed plan: its baseline is its first steps
+            if len(self.times) == WINDOW:
+                self.final_time = statistics.median(self.times)
+            return False
+        if (self.step - self.final_step) % RECHECK == 0:
+            window = statistics.median(self.times[-WINDOW:])
+            drift = probe.agreed([abs(window / self.final_time - 1)], self.exchange.process_set,
+                                 f"{self.prefix}.drift.{self.step}")[0]
+            self.report["drift"] = drift
+            if drift > DRIFT:
+                return self._begin_trials()
+        return False
+
+    def _measure(self) -> None:
+        ranks = self.exchange.process_set.size()
+        started = time.perf_counter()
+        link = probe.link(self.exchange.process_set, f"{self.prefix}.probe")
+        cpu = probe.cpu(self.compressor, ranks)
+        figures = probe.agreed([1 / link.gbit, link.latency_s, link.overhead_s, cpu.call_s, cpu.element_s],
+                               self.exchange.process_set, f"{self.prefix}.agree")
+        link = cost.Link(1 / figures[0], figures[1], figures[2])
+        cpu = cost.Cpu(figures[3], figures[4])
+        predicted = route.candidates(self.compressor, self.tensors, ranks, link, cpu)
+        dense = next(plan for plan in predicted if set(plan[1].values()) == {DENSE})
+        best = [plan for plan in predicted if plan is not dense][:2]
+        self.plans = [dense[1], *(routes for _, routes in best)]
+        self.report.update({
+            "measured": {"gbit": link.gbit, "latency_s": link.latency_s, "overhead_s": link.overhead_s,
+                         "call_s": cpu.call_s, "element_s": cpu.element_s},
+            "probe_s": time.perf_counter() - started,
+            "candidates": [{"predicted_s": seconds, "routes": _summary(routes)}
+                           for seconds, routes in [dense, *best]]})
+        self.last = time.perf_counter()  # the probe is not part of the next step
+
+    def _begin_trials(self) -> bool:
+        self.trials = [i for _ in range(ROUNDS) for i in range(len(self.plans))]
+        self.times = []
+        self.report["state"] = "trials"
+        return self._use(self.plans[self.trials[0]])
+
+    def _decide(self) -> bool:
+        medians = [statistics.median(t for i, t in zip(self.trials, self.times) if i == plan)
+                   for plan in range(len(self.plans))]
+        medians = probe.agreed(medians, self.exchange.process_set, f"{self.prefix}.trials.{self.step}")
+        chosen = min(range(len(self.plans)), key=medians.__getitem__)
+        if medians[chosen] > (1 - MARGIN) * medians[0]:
+            chosen = 0  # not clearly faster than Horovod alone
+        self.trials, self.times = [], []
+        self.final_step, self.final_time = self.step, medians[chosen]
+        for candidate, seconds in zip(self.report["candidates"], medians):
+            candidate["measured_s"] = seconds
+        self.report.update({"state": "final", "chosen": chosen, "final_at_step": self.step})
+        return self._use(self.plans[chosen])
+
+    def _use(self, routes: dict[str, str]) -> bool:
+        """Takes ``routes`` for the next step, moving residuals as the module docstring says."""
+        changed = [name for name in routes if routes[name] != self.routes[name]]
+        memory = self.compressor.memory
+        ranks, rank = self.exchange.process_set.size(), self.exchange.process_set.rank()
+        for name in changed:
+            if self.routes[name] == "twophase":
+                server = memory.pop(f"{name}#server")
+                if server is not None and memory.keeps:
+                    n = dict((t[0], t[1].numel()) for t in self.tensors)[name]
+                    lo, hi = chunk_bounds(n, ranks)[rank]
+                    worker = memory.buffer(name, torch.empty(n, device=server.device))
+                    worker[lo:hi].add_(server, alpha=ranks if self.exchange.average else 1)
+            if routes[name] == DENSE:
+                self.release.add(name)
+            else:
+                self.release.discard(name)
+        self.routes = dict(routes)
+        self.report["routes"] = dict(self.routes)
+        return bool(changed)
+
+    def fold_released(self, name: str, grad: torch.Tensor) -> None:
+        """Adds ``name``'s worker residual to ``grad`` (going dense) once, and drops it."""
+        if name in self.release:
+            self.release.discard(name)
+            residual = self.compressor.memory.pop(name)
+            if residual is not None and self.compressor.memory.keeps and residual.numel() == grad.numel():
+                grad.add_(residual.view_as(grad).to(grad.dtype))
+
+
+def _summary(routes: dict[str, str]) -> dict[str, int]:
+    """How many tensors take each route."""
+    counts: dict[str, int] = {}
+    for way in routes.values():
+        counts[way] = counts.get(way, 0) + 1
+    return counts

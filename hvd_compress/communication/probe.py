@@ -1,0 +1,91 @@
+"""What ``communication="auto"`` measures about the world it runs in, once per Horovod world:
+the link (per-collective overhead, per-round latency, bandwidth) and this method's CPU.
+
+Link. Blocking Horovod collectives over the optimizer's process set, each timed ``REPEATS``
+times after one untimed warm-up, medians kept: an allreduce of one float (``c + 2(p-1) a``), an
+allgather of 8 bytes per rank (``c + (p-1) a``), and an allreduce of ``BULK_BYTES`` (the same
+plus ``2 (p-1)/p D / B``). Two equations give c and a, the third the bandwidth B (cost.py's
+formulas). Horovod's own cycle time and negotiation are inside c, as they are in every real
+step. Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
+
+CPU. ``fold_encode`` and ``decode_add_all`` of p payloads on a throwaway copy of the compressor,
+on gradients of ``SMALL`` and ``LARGE`` elements (medians of ``REPEATS``): per-call and
+per-element seconds of the allgather route. This also compiles the method's kernels before the
+first step that uses them. Cost: about 10 encodes and 30 decodes of at most 2^20 elements.
+
+Every rank measures its own figures; ``agreed`` takes the element-wise maximum over ranks
+(one small allreduce), so every rank plans from the same numbers (the agreement check keeps
+holding) and the plan is that of the slowest rank, which sets the pace of a synchronous step.
+"""
+import copy
+import statistics
+import time
+from typing import Callable
+
+import horovod.torch as hvd
+import torch
+
+from ..compressor import Compressor
+from . import cost
+
+REPEATS = 3
+BULK_BYTES = 1 << 20
+SMALL, LARGE = 1 << 12, 1 << 20
+
+
+def _median_seconds(run: Callable[[], object]) -> float:
+    run()  # warm-up: first-use allocations, connections, kernel compilation
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def link(process_set: hvd.ProcessSet, prefix: str) -> cost.Link:
+    """This process set's link, measured (module docstring)."""
+    p = process_set.size()
+    count = [0]
+
+    def timed(op: Callable, tensor: torch.Tensor, label: str) -> float:
+        def run():
+            count[0] += 1
+            op(tensor, name=f"{prefix}.{label}.{count[0]}", process_set=process_set)
+        return _median_seconds(run)
+
+    one = timed(hvd.allreduce, torch.zeros(1), "one")
+    gather = timed(hvd.allgather, torch.zeros(8, dtype=torch.uint8), "gather")
+    bulk = timed(hvd.allreduce, torch.zeros(BULK_BYTES // 4), "bulk")
+    latency = max(0.0, (one - gather) / (p - 1))
+    overhead = max(0.0, gather - (p - 1) * latency)
+    wire_bytes = 2 * (p - 1) / p * BULK_BYTES
+    gbit = wire_bytes * 8 / max(bulk - one, 1e-6) / 1e9
+    return cost.Link(gbit=gbit, latency_s=latency, overhead_s=overhead)
+
+
+def cpu(compressor: Compressor, ranks: int) -> cost.Cpu:
+    """This rank's CPU for ``compressor``'s allgather route (module docstring)."""
+    scratch = copy.deepcopy(compressor)  # its state and residuals stay untouched
+
+    def path(n: int) -> float:
+        grad = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        acc = torch.zeros(n)
+        out = torch.zeros(n)
+
+        def run():
+            acc.zero_()
+            payload = scratch.fold_encode(acc, grad, grad.shape, True, "probe")
+            out.zero_()
+            scratch.decode_add_all([payload] * ranks, out, grad.shape)
+        return _median_seconds(run)
+
+    small, large = path(SMALL), path(LARGE)
+    element = max(0.0, (large - small) / (LARGE - SMALL))
+    return cost.Cpu(call_s=max(0.0, small - element * SMALL) / 2, element_s=element)
+
+
+def agreed(values: list[float], process_set: hvd.ProcessSet, name: str) -> list[float]:
+    """The element-wise maximum of ``values`` over the ranks of ``process_set``."""
+    local = torch.tensor(values, dtype=torch.float64)
+    return hvd.allreduce(local, op=hvd.Max, name=name, process_set=process_set).tolist()

@@ -1,0 +1,142 @@
+"""``communication="auto"`` measured and tried (communication/planner.py): route switches keep
+error feedback exact and ranks identical, and on a throttled link the measured plan compresses
+while an unthrottled one may not. The simulated-cluster test needs root (bench/netsim.py)."""
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+import hvd_compress as hc
+from harness import run_workers
+from hvd_compress.communication import planner as planner_module
+from hvd_compress.communication.twophase import chunk_bounds
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from netsim import Cluster, unavailable  # noqa: E402
+
+
+class _ProcessSet:
+    def __init__(self, size: int, rank: int) -> None:
+        self._size, self._rank = size, rank
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank
+
+
+class _Exchange:
+    def __init__(self, size: int, rank: int, average: bool) -> None:
+        self.process_set, self.average, self.prefix = _ProcessSet(size, rank), average, "test"
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_leaving_two_phase_moves_the_server_residual_into_the_worker_residual(average):
+    compressor = hc.TopK(0.01, link_gbit=None)
+    n, ranks, rank = 4000, 4, 2
+    lo, hi = chunk_bounds(n, ranks)[rank]
+    worker = compressor.memory.buffer("w", torch.zeros(n))
+    worker.copy_(torch.arange(n, dtype=torch.float32))
+    compressor.memory.buffer("w#server", torch.zeros(hi - lo)).fill_(0.5)
+    planner = planner_module.Planner(compressor, [("w", torch.Size((n,)), 4)], _Exchange(ranks, rank, average), 0)
+    planner.routes = {"w": "twophase"}
+    assert planner._use({"w": "allgather"})
+    expected = torch.arange(n, dtype=torch.float32)
+    expected[lo:hi] += 0.5 * (ranks if average else 1)
+    assert torch.equal(compressor.memory.residuals()["w"], expected)
+    assert "w#server" not in compressor.memory.residuals()
+
+
+def test_going_dense_adds_the_residual_to_the_next_gradient_once():
+    compressor = hc.TopK(0.01, link_gbit=None)
+    compressor.memory.buffer("w", torch.zeros(10)).fill_(0.25)
+    planner = planner_module.Planner(compressor, [("w", torch.Size((10,)), 4)], _Exchange(2, 0, True), 0)
+    planner.routes = {"w": "allgather"}
+    planner._use({"w": "dense"})
+    grad = torch.ones(10)
+    planner.fold_released("w", grad)
+    planner.fold_released("w", grad)  # a second dense step adds nothing more
+    assert torch.equal(grad, torch.full((10,), 1.25)) and compressor.memory.residuals() == {}
+
+
+def _conservation(spec: str, steps: int) -> dict:
+    """SGD with lr 1 on w (loss (w * g).sum()): -w is the sum of the aggregates, so with every
+    rank's residual it must give the sum of the averaged gradients, whatever routes the
+    planner tried on the way (dense, compressed, and back)."""
+    os.environ.pop("HVD_COMPRESS_LINK_GBIT", None)
+    import horovod.torch as hvd
+
+    hvd.init()
+    torch.set_num_threads(1)
+    params = {"w": torch.nn.Parameter(torch.zeros(300, 200)), "v": torch.nn.Parameter(torch.zeros(64, 100))}
+    compressor = hc.from_spec(spec)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(params.values(), lr=1.0),
+                                         named_parameters=params.items(), compression=compressor)
+    total = {name: torch.zeros_like(p, dtype=torch.float64) for name, p in params.items()}
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = 0
+        for name, p in params.items():
+            grads = [torch.randn(p.shape, generator=torch.Generator().manual_seed(100 * step + 10 * r + len(name)))
+                     for r in range(hvd.size())]
+            total[name] += sum(g.double() for g in grads) / hvd.size()
+            loss = loss + (p * grads[hvd.rank()]).sum()
+        loss.backward()
+        optimizer.step()
+    residuals = compressor.memory.residuals()
+    error = 0.0
+    for name, p in params.items():
+        mine = residuals.get(name, torch.zeros(p.numel())).double().view(p.shape)
+        unsent = hvd.allreduce(mine, op=hvd.Average, name=f"residual.{name}")
+        error = max(error, float((-p.detach().double() + unsent - total[name]).abs().max()))
+    plan = compressor.stats()["plan"]
+    dense_kept = [name for name, way in plan["routes"].items() if way == "dense" and name in residuals]
+    return {"error": error, "plan": plan, "dense_kept": dense_kept,
+            "digest": [p.detach().clone() for p in params.values()]}
+
+
+@pytest.mark.parametrize("spec", ["topk:ratio=0.01", "onebit"])
+def test_route_switches_keep_error_feedback_exact_and_ranks_identical(spec):
+    ranks = run_workers(_conservation, 2, spec, 14)
+    for rank in ranks:
+        tried = len(rank["plan"]["candidates"])
+        assert rank["plan"]["state"] == "final" and tried >= 2
+        assert rank["plan"]["final_at_step"] == 1 + planner_module.ROUNDS * tried
+        assert rank["error"] < 1e-3, rank["error"]  # no residual lost or applied twice
+        assert rank["dense_kept"] == []  # a tensor gone dense sent its residual
+    assert all(torch.equal(a, b) for a, b in zip(ranks[0]["digest"], ranks[1]["digest"]))
+    assert ranks[0]["plan"] == {**ranks[1]["plan"], "probe_s": ranks[0]["plan"]["probe_s"]}
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_on_a_throttled_link_the_measured_plan_compresses():
+    script = [sys.executable, os.path.join(REPO, "tests", "scripts", "measured_auto.py"), "topk", "12"]
+    with Cluster(workers=2, rate_mbit=100) as cluster:
+        outputs = cluster.run(script, timeout=300)
+    plans = [json.loads(out.strip().splitlines()[-1])["plan"] for out in outputs]
+    for plan in plans:
+        assert 0.05 < plan["measured"]["gbit"] < 0.2, plan["measured"]  # a 100 Mbit/s link
+        assert plan["state"] == "final" and plan["chosen"] != 0, plan  # not all dense
+        dense, chosen = plan["candidates"][0], plan["candidates"][plan["chosen"]]
+        assert chosen["measured_s"] < 0.5 * dense["measured_s"]
+        assert plan["probe_s"] < 2.0
+    assert plans[0]["routes"] == plans[1]["routes"]
+
+
+def test_a_resumed_final_plan_is_taken_without_trials():
+    saved = hc.TopK(0.01, link_gbit=None)
+    saved.accounting.plan = {"state": "final", "routes": {"w": "allgather", "v": "dense"}}
+    state = saved.state_dict()
+    resumed = hc.TopK(0.01, link_gbit=None)
+    resumed.load_state_dict(state)
+    tensors = [("w", torch.Size((100, 100)), 4), ("v", torch.Size((50, 50)), 4)]
+    planner = planner_module.Planner(resumed, tensors, _Exchange(2, 0, True), 0)
+    assert planner.routes == {"w": "allgather", "v": "dense"}
+    assert not any(planner.step_finished() for _ in range(planner_module.WINDOW + 5))  # no probe
+    assert planner.final_time is not None and resumed.stats()["plan"]["resumed"]
+    fresh = planner_module.Planner(hc.TopK(0.01, link_gbit=None), tensors, _Exchange(2, 0, True), 0)
+    assert set(fresh.routes.values()) == {"dense"}  # warm-up
