@@ -78,6 +78,9 @@ class _State:
         #: planner's when they are measured)
         self.routes: dict[str, str] = {}
         self.planner: Planner | None = None
+        #: ids of the parameters whose gradients go straight to Horovod's own path this world
+        #: (``use``): a model of many small tensors pays no more per tensor than without us
+        self.straight: frozenset[int] = frozenset()
 
     def agree(self, optimizer) -> Agreement:
         """This world's agreement check, started (and its routes and two-phase buckets planned)."""
@@ -88,6 +91,8 @@ class _State:
                 if tensors and measured(compressor, optimizer.process_set.size()):
                     self.planner = Planner(compressor, tensors, self.exchange, _world)
                 self.use(optimizer, self.planner.routes if self.planner else _routes(optimizer))
+            else:
+                self.straight = frozenset(id(p) for _, p in _parameters(optimizer))
             description = {"compression": _describe(optimizer._compression),
                            "parameters": sorted((optimizer._parameter_names.get(p), tuple(p.shape),
                                                  str(p.dtype)) for p in optimizer._requires_update)}
@@ -100,9 +105,17 @@ class _State:
     def use(self, optimizer, routes: dict[str, str]) -> None:
         """Takes ``routes`` from the next gradient on, with their two-phase buckets."""
         self.routes = routes
+        parameters = _parameters(optimizer)
         self.exchange.buckets = fusion.Buckets(
-            fusion.plan(_parameters(optimizer), lambda name: routes.get(name) == "twophase"),
-            self.exchange)
+            fusion.plan(parameters, lambda name: routes.get(name) == "twophase"), self.exchange)
+        # Dense by plan, or too small or of a dtype never compressed (a parameter's gradient has
+        # its shape and dtype), and Horovod reduces their dtype itself; none with a residual
+        # still to release.
+        release = self.planner.release if self.planner else set()
+        self.straight = frozenset(
+            id(p) for name, p in parameters
+            if routes.get(name, "dense") == "dense" and name not in release
+            and p.dtype not in dense.WIDENED)
 
 
 def measured(compressor: Compressor, ranks: int) -> bool:
@@ -186,6 +199,8 @@ def _adasum_init(self, params, named_parameters, compression, *args, **kwargs):
 @functools.wraps(_horovod_allreduce_grad_async)
 def _allreduce_grad_async(self, p):
     state = self._hvd_compress
+    if state.world == _world and id(p) in state.straight and p.layout == torch.strided:
+        return _horovod_allreduce_grad_async(self, p)
     state.agree(self)
     compressor = self._compression
     if not isinstance(compressor, Compressor):

@@ -109,7 +109,9 @@ def test_route_switches_keep_error_feedback_exact_and_ranks_identical(spec):
         assert rank["error"] < 1e-3, rank["error"]  # no residual lost or applied twice
         assert rank["dense_kept"] == []  # a tensor gone dense sent its residual
     assert all(torch.equal(a, b) for a, b in zip(ranks[0]["digest"], ranks[1]["digest"]))
-    assert ranks[0]["plan"] == {**ranks[1]["plan"], "probe_s": ranks[0]["plan"]["probe_s"]}
+    local = ("probe_s", "link_probe_s", "cpu_probe_s")  # each rank's own clock
+    assert ({k: v for k, v in ranks[0]["plan"].items() if k not in local}
+            == {k: v for k, v in ranks[1]["plan"].items() if k not in local})
 
 
 @pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
