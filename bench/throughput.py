@@ -29,7 +29,7 @@ from netsim import WORKER_IFACE, Cluster, exit_unless_available  # noqa: E402
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_synthetic_benchmark.py")
 METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp", "powersgd:rank=1",
            "ddp:fp16", "ddp:powersgd:1", "ddp:powersgd:4"]
-MODELS = ["resnet18", "widemlp"]
+MODELS = ["lenet5", "resnet18", "widemlp", "transformer"]
 RATES = [100, 1000, None]  # Mbit/s; None: unthrottled
 
 
