@@ -31,6 +31,9 @@ METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp", "powersgd:ran
            "ddp:fp16", "ddp:powersgd:1", "ddp:powersgd:4"]
 MODELS = ["lenet5", "resnet18", "widemlp", "transformer"]
 RATES = [100, 1000, None]  # Mbit/s; None: unthrottled
+#: timed steps per cell at the least, by model: LeNet-5's steps take milliseconds, and the
+#: median of a handful of them moves with every scheduling hiccup of the shared cores
+MIN_STEPS = {"lenet5": 60}
 
 
 def command(method: str, model: str, batch_size: int, steps: int, warmup: int) -> list[str]:
@@ -56,7 +59,8 @@ def measure(workers: int, method: str, model: str, rate_mbit: float | None, step
             "samples_per_s": min(r["samples_per_s"] for r in ranks),
             "step_ms": statistics.mean(r.get("step_ms", 0.0) for r in ranks),
             "phase_ms_per_step": {k: statistics.mean(r["phase_ms_per_step"].get(k, 0.0) for r in ranks)
-                                  for k in ranks[0].get("phase_ms_per_step", {})}}
+                                  for k in ranks[0].get("phase_ms_per_step", {})},
+            "plan": {k: v for k, v in ranks[0].get("plan", {}).items() if k != "routes"}}
 
 
 def main() -> None:
@@ -76,7 +80,8 @@ def main() -> None:
              lambda model=model, workers=workers, rate=rate, method=method: {
                  "model": model, "np": workers, "rate_mbit": rate, "method": method,
                  "batch_size": args.batch_size,
-                 **measure(workers, method, model, rate, args.steps, args.batch_size)}
+                 **measure(workers, method, model, rate, max(args.steps, MIN_STEPS.get(model, 0)),
+                           args.batch_size)}
              for model, workers, rate in grid for method in args.methods}
     cache = ResultCache("throughput", args.fresh)
     cache.sweep(cells, lambda c: f"{c['samples_per_s']:8.1f} samples/s  "

@@ -105,7 +105,7 @@ def test_route_switches_keep_error_feedback_exact_and_ranks_identical(spec):
     for rank in ranks:
         tried = len(rank["plan"]["candidates"])
         assert rank["plan"]["state"] == "final" and tried >= 2
-        assert rank["plan"]["final_at_step"] == 1 + planner_module.ROUNDS * tried
+        assert rank["plan"]["final_at_step"] == 1 + planner_module.BLOCK * tried
         assert rank["error"] < 1e-3, rank["error"]  # no residual lost or applied twice
         assert rank["dense_kept"] == []  # a tensor gone dense sent its residual
     assert all(torch.equal(a, b) for a, b in zip(ranks[0]["digest"], ranks[1]["digest"]))

@@ -7,16 +7,21 @@ Per optimizer and Horovod world (a new world after an elastic reset starts over)
 2. At the end of step 0's ``synchronize()``: measure the link and this method's CPU (probe.py,
    the maximum over ranks), and ask the cost model (route.candidates) for its plans on that
    world. The candidates are: everything dense, the model's best plan and its runner-up.
-3. Trials: the candidates take turns, one step each, ``ROUNDS`` rounds. A step's time runs from
-   the end of one ``synchronize()`` to the end of the next (forward, backward, communication,
-   and the previous update, which is the same for every plan). The fastest of a candidate's
-   steps (noise on a shared machine only adds time, and a candidate's first step pays first-use
-   costs the others' first steps paid before), the maximum over ranks (the slowest rank sets a
-   synchronous step's pace): the fastest candidate is final, and all dense unless another is
-   faster by more than ``MARGIN``. So a cluster where compression does not pay gets Horovod's
-   own step, one where the model is wrong gets whichever plan measured fastest, not the model's
-   guess, and a plan within ``MARGIN`` of dense is not worth the risk of a noisy trial: what that
+3. Trials: each candidate runs ``BLOCK`` consecutive steps, all dense first. A step's time runs
+   from the end of one ``synchronize()`` to the end of the next (forward, backward,
+   communication, and the previous update, which is the same for every plan). A candidate's
+   time is the median of its block's steps after the first (which pays the switch: buffers,
+   first collectives of a kind), the maximum over ranks (the slowest rank sets a synchronous
+   step's pace). The fastest candidate is final, and all dense unless another is faster by
+   more than ``MARGIN``. So a cluster where compression does not pay gets Horovod's own step,
+   one where the model is wrong gets whichever plan measured fastest, not the model's guess,
+   and a plan within ``MARGIN`` of dense is not worth the risk of a noisy trial: what that
    leaves on the table is at most ``MARGIN`` of the best plan's speed.
+   Consecutive steps, not candidates taking turns: a link that lets bursts through faster than
+   its rate (a token bucket, as the simulated cluster's tc tbf with its 1 MB bucket; cloud
+   NICs' burst credits) would otherwise show the heavy plan at burst speed after each light
+   step. For the same reason the link probe runs last, right before the dense block: its bulk
+   transfers leave the bucket as a steady run of dense steps would.
 4. Every ``RECHECK`` steps the median of the last ``WINDOW`` step times is compared with the
    median of the final plan's first ``WINDOW`` steps; if it drifted by more than ``DRIFT`` on any
    rank, the trials run again.
@@ -49,7 +54,7 @@ from . import cost, probe, route
 from .base import Exchange
 from .twophase import chunk_bounds
 
-ROUNDS = 3
+BLOCK = 4
 MARGIN = 0.05
 RECHECK, WINDOW, DRIFT = 200, 20, 0.25
 DENSE = "dense"
@@ -110,10 +115,10 @@ class Planner:
     def _measure(self) -> None:
         ranks = self.exchange.process_set.size()
         started = time.perf_counter()
-        link = probe.link(self.exchange.process_set, f"{self.prefix}.probe")
-        linked = time.perf_counter()
         cpu = probe.cpu(self.compressor, ranks)
-        self.report.update({"link_probe_s": linked - started, "cpu_probe_s": time.perf_counter() - linked})
+        timed = time.perf_counter()
+        link = probe.link(self.exchange.process_set, f"{self.prefix}.probe")
+        self.report.update({"cpu_probe_s": timed - started, "link_probe_s": time.perf_counter() - timed})
         figures = probe.agreed([1 / link.gbit, link.latency_s, link.overhead_s, cpu.call_s, cpu.element_s],
                                self.exchange.process_set, f"{self.prefix}.agree")
         link = cost.Link(1 / figures[0], figures[1], figures[2])
@@ -131,21 +136,21 @@ class Planner:
         self.last = time.perf_counter()  # the probe is not part of the next step
 
     def _begin_trials(self) -> bool:
-        self.trials = [i for _ in range(ROUNDS) for i in range(len(self.plans))]
+        self.trials = [i for i in range(len(self.plans)) for _ in range(BLOCK)]
         self.times = []
         self.report["state"] = "trials"
         return self._use(self.plans[self.trials[0]])
 
     def _decide(self) -> bool:
-        fastest = [min(t for i, t in zip(self.trials, self.times) if i == plan)
+        steady = [statistics.median([t for i, t in zip(self.trials, self.times) if i == plan][1:])
                    for plan in range(len(self.plans))]
-        fastest = probe.agreed(fastest, self.exchange.process_set, f"{self.prefix}.trials.{self.step}")
-        chosen = min(range(len(self.plans)), key=fastest.__getitem__)
-        if fastest[chosen] > (1 - MARGIN) * fastest[0]:
+        steady = probe.agreed(steady, self.exchange.process_set, f"{self.prefix}.trials.{self.step}")
+        chosen = min(range(len(self.plans)), key=steady.__getitem__)
+        if steady[chosen] > (1 - MARGIN) * steady[0]:
             chosen = 0  # not clearly faster than Horovod alone
         self.trials, self.times = [], deque(maxlen=WINDOW)
         self.final_step, self.final_time = self.step, None
-        for candidate, seconds in zip(self.report["candidates"], fastest):
+        for candidate, seconds in zip(self.report["candidates"], steady):
             candidate["measured_s"] = seconds
         self.report.update({"state": "final", "chosen": chosen, "final_at_step": self.step})
         return self._use(self.plans[chosen])
