@@ -25,19 +25,14 @@ import hvd_compress as hc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from catalogue import CATALOGUE, COMPRESSORS, OPTIMIZER  # noqa: E402
 from common import ResultCache, with_option  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_mnist.py")
-COMPRESSORS = ["topk:ratio=0.01", "onebit", "adacomp"]
-# the rest of the catalogue, each at its defaults (with error feedback where its paper has it)
-CATALOGUE = ["powersgd:rank=1", "dgc", "randomk", "threshold", "signsgd", "signum", "efsignsgd",
-             "qsgd", "terngrad", "u8bit", "natural"]
 # (spec, error feedback); None: Horovod's own, which has none to turn off
 METHODS = ([("none", None), ("fp16", None)] + [(c, True) for c in COMPRESSORS]
            + [(c, hc.from_spec(c).error_feedback) for c in CATALOGUE]
            + [(with_option(c, "error_feedback=false"), False) for c in COMPRESSORS])
-SIGN_SGD = ["--lr", "0.0005", "--momentum", "0"]  # per worker, scaled by world size as always
-OPTIMIZER = {"dgc": ["--momentum", "0"], "signsgd": SIGN_SGD, "signum": SIGN_SGD}
 
 
 def train(workers: int, spec: str, epochs: int, seed: int) -> dict:

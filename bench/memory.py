@@ -8,18 +8,21 @@ cluster, no root) on bench/memory_worker.py: one nn.Linear(10000, 5000) (50M ele
 190.7 MB fp32 gradient), plain SGD (momentum 0; DGC brings its own), 6 steps after a warm-up
 of the same size. A rank's peak is the high-water mark of its resident set during the steps
 above its RSS just before them (the parameter and everything imported are there already);
-a method's cost is its peak minus `none`'s, rank by rank. Rank 0's input is sparse (a
-bag-of-words layer: under 1% of its gradient nonzero), which makes TopK's sampled selection
-fall back to the exact one there every step, as issue 30 found on one rank; rank 1's is
-Gaussian. memory_worker.py has the details, and each phase's own peak (``phases``), which
-is how the causes were found.
+a method's cost is its peak minus `none`'s, rank by rank. Blocks of 1 MB and up are mapped
+and unmapped by glibc as they are allocated and freed (``MALLOC``), so the resident set is
+what is alive, not what the allocator kept. Rank 0's input is sparse (a bag-of-words layer:
+under 1% of its gradient nonzero), which makes TopK's sampled selection fall back to the
+exact one there every step, as issue 30 found on one rank; rank 1's is Gaussian.
+memory_worker.py has the details, and each phase's own peak (``phases`` in the results),
+which is how the causes were found.
 
 Writes bench/results/memory.json (cached per cell: a re-run skips finished cells; --fresh
-starts over). The budget (issue 30): one gradient-sized buffer, the residual (every
-compressor keeps one, error feedback on or off), plus one more for DGC's velocity and
-Signum's momentum, plus payload-sized buffers: ``PAYLOADS_PER_RANK`` payloads of this rank's
-size per rank (the encoded parts, the framed payload, and the p payloads the allgather
-returns) and ``SLACK_OF_GRADIENT`` of a gradient for bit masks and bookkeeping.
+starts over); bench/report.py turns it into the README's table. The budget (issue 30): one
+gradient-sized buffer, the residual (every compressor keeps one, error feedback on or off),
+one more for DGC's velocity and Signum's momentum, and payload-sized buffers:
+``PAYLOADS_PER_RANK`` payloads of the larger rank's size (a rank's encoded parts and its framed
+payload), every rank's payload once gathered, and ``SLACK_OF_GRADIENT`` of a gradient for bit
+masks and bookkeeping. Payloads are the largest a rank sent for the layer in a step.
 """
 import argparse
 import json
@@ -45,6 +48,12 @@ PAYLOADS_PER_RANK = 2
 #: bit masks (AdaComp's n/8 bytes), per-chunk counts, small tensors: a fraction of a gradient
 SLACK_OF_GRADIENT = 1 / 16
 MB = 1 << 20
+#: glibc malloc serves every block from 1 MB up with its own mmap and unmaps it when freed, so
+#: the resident set follows what is alive. Its default raises that threshold to the size of the
+#: last block freed (up to 32 MB), and freed payload-sized blocks then stay in the heap, a few
+#: MB more each step in an order that depends on the threads (measured: OneBit's rank 0 grew
+#: 36 MB over 6 steps, rank 1 7 MB).
+MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 
 
 def measure(method: str, rows: int, cols: int, steps: int, batch_size: int) -> dict:
@@ -54,9 +63,12 @@ def measure(method: str, rows: int, cols: int, steps: int, batch_size: int) -> d
                    "-H", f"localhost:{WORKERS}", "--gloo", sys.executable, WORKER, "--method", method,
                    "--rows", str(rows), "--cols", str(cols), "--steps", str(steps),
                    "--batch-size", str(batch_size), "--out", out]
-        run = subprocess.run(command, capture_output=True, text=True, timeout=1200, cwd=REPO)
-        if run.returncode != 0:
-            raise RuntimeError(f"{method}: horovodrun failed\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+        run = subprocess.run(command, capture_output=True, text=True, timeout=1200, cwd=REPO,
+                             env={**os.environ, **MALLOC})
+        if run.returncode != 0:  # the workers' own output names the cause; horovodrun's does not
+            lines = (run.stdout + run.stderr).splitlines()
+            worker = [line for line in lines if "]<stderr>:" in line] or lines
+            raise RuntimeError(f"{method}: horovodrun failed\n" + "\n".join(worker[-40:]))
         ranks = []
         for rank in range(WORKERS):
             with open(os.path.join(out, f"rank{rank}.json")) as f:
@@ -92,8 +104,8 @@ def over_none(result: dict, cell: dict) -> list[float | None]:
 
 
 def budget(cell: dict) -> tuple[float, str] | None:
-    """(bytes, how they add up) the method may use over `none` on its largest-payload rank;
-    None for Horovod's own compressors."""
+    """(bytes, how they add up) the method may use over `none` on either rank; None for
+    Horovod's own compressors."""
     states = state_gradients(cell["method"])
     if states is None:
         return None
@@ -101,8 +113,9 @@ def budget(cell: dict) -> tuple[float, str] | None:
     payloads = [r["payload_bytes_per_step"] or 0 for r in cell["ranks"]]
     # a rank holds its own parts and framed payload, and every rank's payload once gathered
     allowed = PAYLOADS_PER_RANK * max(payloads) + sum(payloads)
-    return (states * gradient + allowed + SLACK_OF_GRADIENT * gradient,
-            f"{states} + payloads {allowed / MB:.1f} MB")
+    slack = SLACK_OF_GRADIENT * gradient
+    return (states * gradient + allowed + slack,
+            f"{states} x {gradient / MB:.1f} + {allowed / MB:.1f} + {slack / MB:.1f}")
 
 
 def show(cell: dict) -> str:

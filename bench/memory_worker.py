@@ -1,17 +1,18 @@
 """One rank of bench/memory.py: a few training steps of one large nn.Linear under
 hvd.DistributedOptimizer with one method, and the rank's resident memory while they run.
 
-    horovodrun -np 2 -H localhost:2 --gloo .venv/bin/python bench/memory_worker.py \
-        --method topk --out DIR
+    MALLOC_MMAP_THRESHOLD_=1048576 .venv/bin/horovodrun -np 2 -H localhost:2 --gloo \
+        .venv/bin/python bench/memory_worker.py --method topk --out DIR
 
-Writes DIR/rank{R}.json. What it measures, on Linux, from /proc/self/status: VmRSS and VmHWM,
-the high-water mark of the resident set, which writing "5" to /proc/self/clear_refs resets to
-the current RSS. Each phase of a step (the backward pass with the gradient hooks that encode,
-synchronize() with the collectives and the decoding, the SGD update; inside them, the functions
-of the compressed path named in ``TRACED``) is a frame: its peak is the high-water mark above
-the RSS at its entry, the frames nested in it included; a phase's ``kept`` is the RSS it left
-behind. Peaks come from the kernel's own accounting, not from sampling, so no short-lived
-buffer is missed; torch's, numpy's and Numba's allocations all count, Horovod's too.
+Writes DIR/rank{R}.json (bench/memory.py says why the malloc setting). What it measures, on
+Linux, from /proc/self/status: VmRSS and VmHWM, the high-water mark of the resident set, which
+writing "5" to /proc/self/clear_refs resets to the current RSS. Each phase of a step (the
+backward pass with the gradient hooks that encode, synchronize() with the collectives and the
+decoding, the SGD update; inside them, the functions of the compressed path that
+``traced_functions`` names) is a frame: its peak is the high-water mark above the RSS at its
+entry, the frames nested in it included; a phase's ``kept`` is the RSS it left behind. Peaks
+come from the kernel's own accounting, not from sampling, so no short-lived buffer is missed;
+torch's, numpy's and Numba's allocations all count, Horovod's too.
 
 Before the measured model, the same method trains a model of the same size, on the same data,
 for two steps with a compressor of its own, which is then freed: the Numba kernels the steps
@@ -288,6 +289,7 @@ def main() -> None:
         # the largest framed payload of a step (allgather), else the mean (PowerSGD's factors)
         "payload_bytes_per_step": framed["max"] or (weight and weight["sent_bytes"] / stats["steps"]),
         "routes": dict(getattr(optimizer._hvd_compress, "routes", {})),
+        "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
     }
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f, indent=1)

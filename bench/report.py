@@ -14,6 +14,26 @@ from common import RESULTS, by_rate, load, longest_run, rate_label
 README = os.path.join(os.path.dirname(RESULTS), "..", "README.md")
 
 
+def methods_table(result: dict) -> str:
+    """The catalogue from the registry (hvd_compress.methods.METHODS): each method's spec, its
+    constructor with every default that differs from the common ones, its paper and payload."""
+    common = {"error_feedback": True, "min_numel": 1024, "communication": "auto", "link_gbit": None}
+    lines = ["| spec | class, defaults | paper | what crosses the wire |", "|---|---|---|---|"]
+    for name, cls in hvd_compress.METHODS.items():
+        options = cls().options()
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if common.get(k, object()) != v)
+        lacks = [k for k in common if k not in options]
+        takes = f" (takes no {', '.join(f'`{k}`' for k in lacks)})" if lacks else ""
+        payload = cls.PAYLOAD.replace("|", "\\|")
+        lines.append(f"| `{name}` | `hc.{cls.__name__}({shown})`{takes} | {cls.PAPER} | {payload} |")
+    lines.append("| `none`, `fp16` | Horovod's `Compression.none` / `Compression.fp16` | | "
+                 "unchanged Horovod behaviour |")
+    lines += ["", "Every compressor also takes `error_feedback=True`, `min_numel=1024`, "
+              "`communication=\"auto\"` and `link_gbit=None` unless its row says otherwise "
+              "(generated from `hvd_compress.METHODS` by bench/report.py)."]
+    return "\n".join(lines)
+
+
 def kernels_table(result: dict) -> str:
     sizes = list(result["sizes"])
     head = "| compress + residual update | " + " | ".join(
@@ -514,25 +534,25 @@ def memory_table(result: dict) -> str:
     from memory import MB, budget, over_none
 
     cells = list(result["cells"].values())
-    lines = ["| method | rank 0 over `none`: MB | in gradients | rank 1 over `none`: MB | in gradients "
-             "| budget: gradients + payloads (MB) | within budget | TopK exact selections, rank 0 / 1 |",
-             "|---" * 8 + "|"]
+    lines = ["| method | rank 0 over `none`: MB (gradients) | rank 1 over `none`: MB (gradients) | payload, "
+             "rank 0 / 1: MB | budget: gradients + payloads + slack, MB | within budget | TopK exact "
+             "selections, rank 0 / 1 |", "|---" * 7 + "|"]
     for cell in cells:
         if cell["method"] == "none":
             continue
         gradient = cell["ranks"][0]["gradient_bytes"]
         over = over_none(result, cell)
-        row = []
-        for extra in over:
-            row += ["", ""] if extra is None else [f"{extra / MB:.0f}", f"{extra / gradient:.2f}"]
+        row = ["" if extra is None else f"{extra / MB:.0f} ({extra / gradient:.2f})" for extra in over]
+        row.append(" / ".join("-" if r["payload_bytes_per_step"] is None else
+                              f"{r['payload_bytes_per_step'] / MB:.1f}" for r in cell["ranks"]))
         allowed = budget(cell)
         if allowed is None:
-            limit, verdict = "Horovod's own", "-"
+            row += ["Horovod's own", "-"]
         else:
-            limit = f"{allowed[1]} ({allowed[0] / MB:.0f})"
-            verdict = "" if None in over else "met" if max(over) <= allowed[0] else "**not met**"
-        selections = " / ".join(str(r["exact_selections"]) for r in cell["ranks"])
-        lines.append(f"| `{cell['method']}` | " + " | ".join(row) + f" | {limit} | {verdict} | {selections} |")
+            row += [f"{allowed[1]} = {allowed[0] / MB:.0f}",
+                    "" if None in over else "met" if max(over) <= allowed[0] else "**not met**"]
+        row.append(" / ".join(str(r["exact_selections"]) for r in cell["ranks"]))
+        lines.append(f"| `{cell['method']}` | " + " | ".join(row) + " |")
     c = next((c for c in cells if c["method"] == "none"), cells[0])
     dense = " / ".join(f"{(r['peak_rss'] - r['base_rss']) / MB:.0f}" for r in c["ranks"])
     gradient = c["ranks"][0]["gradient_bytes"]
@@ -543,10 +563,10 @@ def memory_table(result: dict) -> str:
               "steps above its RSS just before them (parameter and imports included there); `none`'s is "
               f"{dense} MB (rank 0 / 1), the gradient itself. Rank 0's input is sparse (under 1% of its "
               "gradient nonzero), which sends TopK's sampled selection to the exact one there every step; "
-              "rank 1's is Gaussian. The budget: the residual (1), DGC's velocity or Signum's momentum "
-              "(+1), the payloads a rank holds at once (its encoded parts and framed payload, the "
-              "gathered payloads of every rank: from the largest of the measured steps) and 1/16 of a "
-              "gradient for masks and bookkeeping."]
+              "rank 1's is Gaussian. Payload: the largest a rank sent for the layer in a step. The budget: "
+              "the residual (1 gradient), DGC's velocity or Signum's momentum (+1), the payloads a rank "
+              "holds at once (its encoded parts and its framed payload, at the larger rank's size, and "
+              "every rank's once gathered) and 1/16 of a gradient for masks and bookkeeping."]
     return "\n".join(lines)
 
 
@@ -574,13 +594,14 @@ TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wi
           "ptb_convergence": ("time_to_accuracy", ptb_convergence_table),
           "breakdown": ("breakdown", breakdown_table),
           "memory": ("memory", memory_table),
+          "methods": (None, methods_table),
           "ptb_adacomp_layers": ("time_to_accuracy", ptb_adacomp_layers_table)}
 
 
 def render(text: str) -> str:
     """``text`` with every table between its markers regenerated from the results on disk."""
     for name, (results, table) in TABLES.items():
-        result = load(results)
+        result = load(results) if results else {}  # None: not from results (the registry)
         if result is None:
             continue
         pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)

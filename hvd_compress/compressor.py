@@ -13,7 +13,10 @@ A compressor is two things at once:
 
 A method declares, beside its codec: its ``name`` (for ``from_spec``), its options
 (``options()``), the routes its payloads may take (``ROUTES``: communication/route.py decides
-among them), and its payload size (``expected_bytes``, what routes are planned with).
+among them), its payload size (``expected_bytes``, what routes are planned with), which of its
+state is the rank's own (``LOCAL_STATE``), and for the catalogue its ``PAPER``, ``PAYLOAD`` and
+``EXAMPLES``. A method is one file in methods/ and its line in methods/__init__.py: the tests,
+the benches and the README's method table take the catalogue from there.
 
 Around the contract, each in the module its name says: argument checking (options.py), the
 error-feedback residuals (memory.py), per-piece state and checkpoints (state.py), byte and time
@@ -35,6 +38,11 @@ COMPRESSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 class Compressor(Guarded):
     #: the name ``from_spec`` knows this method by
     name = "base"
+    #: the paper, and what crosses the wire (the README's method table is generated from them)
+    PAPER = ""
+    PAYLOAD = ""
+    #: specs of the configurations the catalogue's tests run (tests/catalogue.py), defaults first
+    EXAMPLES: tuple[str, ...] = ()
     #: the ``communication=`` values this method accepts (the first one is its default)
     ROUTES: tuple[str, ...] = ROUTES
     #: fields of a piece's state (``states``) that hold this rank's own gradient data: like

@@ -14,6 +14,8 @@ number, as it would in any float.
 """
 import torch
 
+from .kernels import arrays
+
 
 class PayloadError(ValueError):
     """A payload that cannot be what this compressor's ``encode`` made for the ``out`` it is
@@ -45,3 +47,15 @@ def indices_inside(bad: int, out: torch.Tensor) -> None:
     if bad:
         raise PayloadError(f"{bad} indices outside the {out.numel()} elements decoded into "
                            "(skipped)")
+
+
+def add_pairs(payload: torch.Tensor, head: int, out: torch.Tensor) -> None:
+    """Adds the (value, index) pairs that follow ``head`` header bytes of ``payload`` to
+    ``out``: c float32 values, then c int32 indices (TopK's payload; Threshold's and DGC's
+    too). Raises PayloadError for a length that is not the header and whole pairs, at most one
+    per element of ``out``, or for an index outside ``out`` (kernels/sparse_cpu.py)."""
+    count = entry_count(payload, head, 8, out)
+    if count:  # no zero-length device arrays through __cuda_array_interface__
+        values = payload[head:head + 4 * count].view(torch.float32)
+        indices = payload[head + 4 * count:].view(torch.int32)
+        indices_inside(arrays.kernels("sparse", out).scatter_add(values, indices, out), out)

@@ -9,17 +9,12 @@ from hvd_compress.communication import framing
 from hvd_compress.communication.base import output_for
 from hvd_compress.memory import fold
 
-# One spec per compressor configuration the invariants are checked for.
-SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit", "onebit:scaling=l1,granularity=column",
-         "adacomp", "adacomp:bin_size=7"]
-# The catalogue methods whose encode/decode keeps the invariant (signsgd's vote and DGC's momentum
-# are checked by their kernel tests and tests/test_horovod.py).
-SPECS += ["randomk:ratio=0.01", "randomk:ratio=0.3,seed=5", "threshold:threshold=1.0", "efsignsgd",
-          "signsgd:error_feedback=true", "dgc:momentum=0,ratio=0.01", "dgc:momentum=0,ratio=0.01,warmup_steps=4",
-          "dgc:momentum=0,dense_below=10000"]
-# the byte-code quantizers; the unbiased ones are checked with error feedback turned on
-SPECS += ["qsgd:error_feedback=true", "qsgd:levels=3,bucket_size=7,error_feedback=true",
-          "terngrad:clip=2.5,error_feedback=true", "u8bit", "natural:error_feedback=true"]
+import catalogue
+
+# The catalogue's configurations (tests/catalogue.py): those that keep error feedback's
+# invariant, and every one with a payload.
+INVARIANT = catalogue.invariant()
+ENCODING = catalogue.encoding()
 
 
 def test_from_spec_builds_configured_compressors():
@@ -60,7 +55,7 @@ def test_horovod_interface_is_a_noop_that_counts_dense_bytes():
                          "seconds": {}, "plan": {}}
 
 
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", INVARIANT)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_error_feedback_invariant(spec, dtype):
     """decompress(compress(g + r_old)) + r_new == g + r_old, every step."""
@@ -81,7 +76,7 @@ def test_error_feedback_invariant(spec, dtype):
         residual = acc.clone()
 
 
-@pytest.mark.parametrize("spec", SPECS + ["signsgd", "signum", "qsgd", "terngrad", "natural"])
+@pytest.mark.parametrize("spec", ENCODING)
 @pytest.mark.parametrize("keep", [True, False])
 def test_fold_encode_is_fold_then_encode(spec, keep):
     """The one call the communicators make (``fold_encode``: one pass where the method fuses
@@ -109,7 +104,7 @@ def test_the_aggregate_is_decoded_into_the_gradients_own_storage():
         assert (out == 0).all() and out.numel() == other.numel()
 
 
-@pytest.mark.parametrize("spec", SPECS + ["signsgd", "signum", "qsgd", "terngrad", "natural"])
+@pytest.mark.parametrize("spec", ENCODING)
 @pytest.mark.parametrize("n", [600, 5000])
 def test_an_all_zero_piece_still_makes_a_payload(spec, n):
     """A piece with nothing to send (a two-phase chunk of a layer whose inputs are all dead)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from hvd_compress.kernels import adacomp_cuda, onebit_cuda, topk_cuda
+from hvd_compress.kernels import adacomp_cuda, onebit_cuda, sparse_cuda, topk_cuda
 
 import references
 from conftest import ADVERSARIAL
@@ -44,7 +44,7 @@ def test_topk(case, exact):
     rebuilt[indices] += values
     np.testing.assert_array_equal(rebuilt, vector)
     out = cuda.to_device(np.zeros_like(vector))
-    topk_cuda.scatter_add(cuda.to_device(values), cuda.to_device(indices), out)
+    sparse_cuda.scatter_add(cuda.to_device(values), cuda.to_device(indices), out)
     want = np.zeros_like(vector)
     references.scatter_add(values, indices, want)
     np.testing.assert_array_equal(out.copy_to_host(), want)

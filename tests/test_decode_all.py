@@ -10,10 +10,10 @@ from hvd_compress.communication import framing
 from hvd_compress.communication.base import decode_sum
 from hvd_compress.kernels.threads import PARALLEL_MIN
 
+import catalogue
 from kernel_builds import build  # noqa: F401  (fixture)
 
-SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact", "onebit", "onebit:scaling=l1,granularity=column",
-         "adacomp", "adacomp:bin_size=7", "randomk:ratio=0.01"]
+SPECS = catalogue.fused_decoders()
 SHAPES = [torch.Size([1]), torch.Size([3, 5, 7]), torch.Size([129, 1001]),  # odd sizes, groups
           torch.Size([PARALLEL_MIN + 3])]  # blocks of OneBit's fused decode, partial last one
 

@@ -7,14 +7,10 @@ import functools
 
 import pytest
 
+import catalogue
 from harness import run_workers
 
-SPECS = ["topk:ratio=0.01", "topk:ratio=0.05,selection=exact,communication=twophase",
-         "onebit:communication=twophase", "adacomp:communication=twophase",
-         "onebit:scaling=l1,granularity=column", "adacomp", "powersgd:rank=2",
-         "powersgd:rank=1,start_step=2", "randomk:ratio=0.05", "threshold:threshold=1.0", "signsgd", "signum",
-         "efsignsgd", "dgc:ratio=0.05", "qsgd", "terngrad:clip=2.5,communication=twophase", "u8bit",
-         "natural:communication=twophase"]
+SPECS = catalogue.specs()
 SHAPES = {"w": (64, 100), "v": (30, 70), "b": (16,)}  # b is small: Horovod's dense path
 
 
@@ -273,7 +269,7 @@ def test_aggregate_equals_single_process_reference(num_proc, case):
 
 
 def test_stats_count_what_was_sent():
-    for spec in SPECS:
+    for spec in catalogue.firsts():  # the bounds below are the defaults'
         stats = findings(2)[0]["stats"][spec]
         assert stats["steps"] == 6
         # LeNet-5: conv2, fc1 and fc2 weights are compressed; the rest is small and goes dense

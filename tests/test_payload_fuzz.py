@@ -15,9 +15,11 @@ from numba import cuda
 import hvd_compress as hc
 from hvd_compress.communication import framing
 from hvd_compress.communication.base import decode_sum
-from hvd_compress.kernels import adacomp_cuda, topk_cuda
+from hvd_compress.kernels import adacomp_cuda, sparse_cuda
 from hvd_compress.methods import METHODS
 from hvd_compress.payload import PayloadError
+
+import catalogue
 
 SHAPE = torch.Size([40, 25])  # one size for every method: Numba compiles each kernel once
 N = SHAPE.numel()
@@ -29,8 +31,8 @@ BAD_INDICES = [-1, -3, N, 10**7, 2**31 - 1, -2**31]
 # payload layout differs. PowerSGD is left out: it has no payload to decode (its factors are
 # summed by Horovod's allreduce, communication/lowrank.py).
 SPECS = [name for name in METHODS if name != "powersgd"]
-SPECS += ["onebit:granularity=column", "dgc:dense_below=0", "adacomp:bin_size=7",
-          "threshold:threshold=0.5", "qsgd:levels=3,bucket_size=7"]
+SPECS += [spec for spec in catalogue.encoding() if ":" in spec]
+SPECS += ["onebit:granularity=column", "dgc:dense_below=0", "threshold:threshold=0.5"]
 # where a payload's last int32 word is an index, the values of it that must be refused
 MUST_REFUSE = {"topk": BAD_INDICES, "threshold": BAD_INDICES, "dgc:dense_below=0": BAD_INDICES,
                "adacomp": [N, ~N, 10**7, 2**31 - 1, -2**31]}
@@ -169,7 +171,7 @@ def test_cuda_scatter_add_skips_and_counts_indices_outside_out():
     indices = np.int32([0, -3, 999, 1000, 10**7, -2**31])
     buffer = cuda.to_device(np.full(N + 2 * GUARD, SENTINEL, np.float32))
     out = buffer[GUARD:GUARD + N]
-    assert topk_cuda.scatter_add(cuda.to_device(values), cuda.to_device(indices), out) == 4
+    assert sparse_cuda.scatter_add(cuda.to_device(values), cuda.to_device(indices), out) == 4
     host = buffer.copy_to_host()
     want = np.full(N + 2 * GUARD, SENTINEL, np.float32)
     want[GUARD] += 1

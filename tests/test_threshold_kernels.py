@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from hvd_compress.kernels import threshold_cpu, threshold_cuda, topk_cpu
+from hvd_compress.kernels import sparse_cpu, threshold_cpu, threshold_cuda
 
 import references
 from conftest import ADVERSARIAL
@@ -35,7 +35,7 @@ def test_select_matches_the_reference(vector, build):
         assert np.all(np.diff(indices) > 0)
         check(vector, values, indices, acc, thr)
         out = np.zeros_like(vector)
-        topk_cpu.scatter_add(values, indices, out)  # the decoder the method uses
+        sparse_cpu.scatter_add(values, indices, out)  # the decoder the method uses
         np.testing.assert_array_equal(out + acc, vector)
 
 

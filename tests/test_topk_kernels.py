@@ -4,7 +4,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from hvd_compress.kernels import topk_cpu
+from hvd_compress.kernels import sparse_cpu, topk_cpu
 from hvd_compress.kernels.threads import PARALLEL_MIN
 
 import references
@@ -148,6 +148,6 @@ def test_scatter_add_matches_reference():
     values = rng.standard_normal(500).astype(np.float32)
     indices = rng.integers(0, 100, 500).astype(np.int32)  # repeats must add up
     out, want = np.zeros(100, np.float32), np.zeros(100, np.float32)
-    topk_cpu.scatter_add(values, indices, out)
+    sparse_cpu.scatter_add(values, indices, out)
     references.scatter_add(values, indices, want)
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)

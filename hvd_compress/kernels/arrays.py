@@ -1,5 +1,4 @@
 """Zero-copy bridges between torch tensors and the arrays kernels work on."""
-import functools
 import importlib
 
 import numpy as np
@@ -65,20 +64,43 @@ def spans(parts: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return view(join(parts)), starts, lengths
 
 
-class _OnStream:
-    """A CUDA kernel module whose functions run on one stream."""
+def _to_torch(result, like: torch.Tensor):
+    """A kernel's result with its arrays turned into tensors on ``like``'s device (an empty one
+    made directly: a zero-length device array has no __cuda_array_interface__ pointer)."""
+    if isinstance(result, tuple):
+        return tuple(_to_torch(r, like) for r in result)
+    if isinstance(result, np.ndarray) or hasattr(result, "__cuda_array_interface__"):
+        if result.size == 0:
+            return torch.from_numpy(np.empty(0, result.dtype)).to(like.device)
+        return tensor(result, like)
+    return result
 
-    def __init__(self, module, cuda_stream) -> None:
-        self._module, self._stream = module, cuda_stream
+
+class Kernels:
+    """One family's kernels for one device, over torch tensors: arguments that are tensors are
+    handed to the kernel as arrays sharing their memory, arrays it returns come back as tensors
+    sharing theirs (no copy either way), and CUDA kernels run on torch's current stream. With
+    ``convert=False`` only the stream is bound (for host code that works on arrays itself:
+    kernels/quantize.py)."""
+
+    def __init__(self, module, like: torch.Tensor, convert: bool = True) -> None:
+        self._module, self._like, self._stream, self._convert = module, like, stream(like), convert
 
     def __getattr__(self, name: str):
-        return functools.partial(getattr(self._module, name), stream=self._stream)
+        function = getattr(self._module, name)
+        extra = {} if self._stream is None else {"stream": self._stream}
+        if not self._convert:
+            return lambda *args: function(*args, **extra)
+
+        def call(*args):
+            arrays = [view(a) if isinstance(a, torch.Tensor) else a for a in args]
+            return _to_torch(function(*arrays, **extra), self._like)
+        return call
 
 
-def kernels(algorithm: str, like: torch.Tensor):
-    """``kernels/{algorithm}_cpu`` for CPU tensors; ``kernels/{algorithm}_cuda``, bound to
-    torch's current stream, for CUDA ones. Both expose the same functions."""
-    if on_cuda(like):
-        module = importlib.import_module(f"{__package__}.{algorithm}_cuda")
-        return _OnStream(module, stream(like))
-    return importlib.import_module(f"{__package__}.{algorithm}_cpu")
+def kernels(family: str, like: torch.Tensor, convert: bool = True) -> Kernels:
+    """``family``'s kernels (kernels/__init__.py FAMILIES) for ``like``'s device: the
+    ``_cpu`` module for CPU tensors, the ``_cuda`` one for CUDA tensors; over tensors unless
+    ``convert=False``."""
+    device = "cuda" if on_cuda(like) else "cpu"
+    return Kernels(importlib.import_module(f"{__package__}.{family}_{device}"), like, convert)

@@ -1,4 +1,5 @@
-"""Counter-based uniform random numbers for the stochastic kernels (QSGD, TernGrad, natural).
+"""Counter-based uniform random numbers for the stochastic kernels (QSGD, TernGrad, natural),
+and the seeds of one encode (``step_seed``: Random-k's and the quantizers').
 
 u(seed, i) is the i-th output of Vigna's splitmix64 generator started at ``seed``, its top 24
 bits as a float32 in [0, 1) (multiples of 2**-24):
@@ -35,3 +36,25 @@ def uniform(seed: np.uint64, index: int) -> np.float32:
 
 # Inlined into the element loops, which then still vectorize.
 uniform_cpu = njit(inline="always", cache=True)(uniform)
+
+
+_MASK64 = (1 << 64) - 1
+#: seeds travel as a non-negative int64
+SEED_MASK = (1 << 63) - 1
+
+
+def _finalize(z: int) -> int:
+    """splitmix64's finalizer on a Python int (mod 2**64)."""
+    z = ((z ^ (z >> 30)) * int(_MIX1)) & _MASK64
+    z = ((z ^ (z >> 27)) * int(_MIX2)) & _MASK64
+    return z ^ (z >> 31)
+
+
+def step_seed(seed: int, step: int, n: int) -> int:
+    """The seed of one encode: a hash of the user's seed, the tensor's encode count and its
+    length (so that tensors of different sizes in one step do not share a pattern), < 2**63.
+    The same on every rank that made the same number of encodes of the tensor."""
+    z = seed & _MASK64
+    for word in (step, n):
+        z = _finalize((z + (word & _MASK64) * int(_GOLDEN)) & _MASK64)
+    return z & SEED_MASK

@@ -22,7 +22,6 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _ONE = np.uint64(1)
 ROUNDS = 4
-SEED_MASK = (1 << 63) - 1
 
 
 @njit(cache=True, inline="always")
@@ -89,15 +88,6 @@ def _indices(n, k, seed, out):
     for j in range(k):
         out[j] = _index(j, n, bits, k0, k1, k2, k3)
 
-
-def step_seed(seed: int, step: int, n: int) -> int:
-    """The seed of one encode: a hash of the user's seed, the tensor's encode count and its
-    length (so that tensors of different sizes in one step do not share a pattern), < 2**63.
-    The same on every rank that made the same number of encodes of the tensor."""
-    z = np.uint64(seed & 0xFFFFFFFFFFFFFFFF)
-    for word in (step, n):
-        z = _mix(np.uint64((int(z) + (word & 0xFFFFFFFFFFFFFFFF) * int(_GOLDEN)) & 0xFFFFFFFFFFFFFFFF))
-    return int(z) & SEED_MASK
 
 
 def indices(n: int, k: int, seed: int) -> np.ndarray:

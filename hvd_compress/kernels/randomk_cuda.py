@@ -7,7 +7,7 @@ import numpy as np
 from numba import cuda
 
 from .cuda_launch import THREADS, blocks
-from .randomk_cpu import ROUNDS, step_seed  # noqa: F401  (step_seed: same API as randomk_cpu)
+from .randomk_cpu import ROUNDS
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

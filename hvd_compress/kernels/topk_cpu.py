@@ -11,7 +11,7 @@ in cache. Done apart (the fold, a count pass, a take pass) that was three passes
 data, and the take pass's per-element branches made it the slowest of them.
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
 from numba.cpython.unsafe.numbers import trailing_zeros  # LLVM's cttz
 
 from .compensate_cpu import FLOAT32_MAX, fold
@@ -277,40 +277,3 @@ def _cut(acc: np.ndarray, values: np.ndarray, indices: np.ndarray,
 
 def select(acc: np.ndarray, k: int, exact: bool) -> tuple[np.ndarray, np.ndarray]:
     return topk_exact(acc, k) if exact else topk_sampled(acc, k)
-
-
-@njit(cache=True)
-def scatter_add(values, indices, out):
-    """out[indices] += values, with repeated indices adding up. An index outside ``out`` (a
-    damaged payload: methods/topk.py) is skipped, never written; returns how many were.
-
-    The check is one compare of the index as an unsigned integer (a negative one is then
-    above any size) and a branch a sound payload always takes, never mispredicted; and an
-    unsigned index spares Numba's wraparound of negative ones, so the checked loop is faster
-    than the unchecked one it replaced. Measured, TopK's ``decode_add_all`` of 4 payloads of
-    1% (length checks included), serial, medians, interleaved in one process: 2.4M elements
-    87 us against 94 us unchecked; 25M elements 3.1 ms against 4.6 ms."""
-    n = out.size
-    bad = 0
-    for j in range(values.size):
-        i = np.uint32(indices[j])
-        if i < n:
-            out[i] += values[j]
-        else:
-            bad += 1
-    return bad
-
-
-@njit(cache=True)
-def scatter_add_all(buffer, starts, lengths, out):
-    """``scatter_add`` of each payload, in order: payload r is ``lengths[r]`` bytes from
-    ``buffer[starts[r]]``, c = lengths[r] // 8 float32 values then c int32 indices; returns
-    how many indices, over all of them, were outside ``out`` (skipped). One call for all of a
-    tensor's payloads (see adacomp_cpu.decode_add_all). Measured, ResNet-18's tensors, 4
-    payloads of 1% each, serial: 5.5 ms against 6.0 ms a call per payload."""
-    bad = 0
-    for r in range(starts.size):
-        c = lengths[r] // 8
-        payload = buffer[starts[r]:starts[r] + 8 * c]
-        bad += scatter_add(payload[:4 * c].view(np.float32), payload[4 * c:].view(np.int32), out)
-    return bad

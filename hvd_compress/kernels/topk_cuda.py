@@ -58,17 +58,6 @@ def _gather_strided(acc, stride, sample):
         sample[j] = abs(acc[j * stride])
 
 
-@cuda.jit
-def scatter_add_kernel(values, indices, out, bad):
-    j = cuda.grid(1)
-    if j < values.size:
-        i = indices[j]
-        if 0 <= i < out.size:
-            out[i] += values[j]
-        else:  # a damaged payload: skipped and counted
-            cuda.atomic.add(bad, 0, 1)
-
-
 def kth_largest_magnitude(acc, k: int, stream=0) -> np.float32:
     """The k-th largest |acc| (1-based), by radix select on the float bits."""
     bits = acc.view(np.int32)
@@ -122,15 +111,3 @@ def select(acc, k: int, exact: bool, stream=0):
     if thr > 0:  # then ties at the threshold up to k; zeros are not worth sending
         taken = _take_all(acc, thr, True, k, stream, into=taken)
     return _trimmed(*taken, stream)
-
-
-def scatter_add(values, indices, out, stream=0) -> int:
-    """out[indices] += values; indices must be distinct (they are within one payload: a damaged
-    payload's repeated index races, it is not out of bounds). An index outside ``out`` is
-    skipped, never written; returns how many were (topk_cpu.scatter_add), counted on the
-    device and copied back: one stream synchronization a call."""
-    if not values.size:
-        return 0
-    bad = zeros(1, np.int64, stream)
-    scatter_add_kernel[blocks(values.size), THREADS, stream](values, indices, out, bad)
-    return int(bad.copy_to_host(stream=stream)[0])

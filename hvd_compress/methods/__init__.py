@@ -1,9 +1,14 @@
 """The catalogue: one file per compression method, each a ``Compressor`` subclass whose
 docstring states the algorithm, its paper, its payload and its cost.
 
-A method may touch only its own kernels (``hvd_compress/kernels``) and what ``compressor.py``
-gives every method (options, error-feedback memory). How its payloads travel is decided in
-``hvd_compress/communication``, never here.
+A method touches kernels only through ``kernels.arrays.kernels`` and what ``compressor.py``
+gives every method (options, error-feedback memory, per-parameter state). It declares the
+routes its payloads may take (``ROUTES``); which one a tensor takes is decided in
+``hvd_compress/communication``.
+
+Adding a method: its file here, and its class in ``METHODS`` below. The package exports it,
+``from_spec`` knows it, the catalogue's tests run its ``EXAMPLES``, the benches and the README's
+method table list it.
 """
 from ..compressor import Compressor
 from .adacomp import AdaComp
@@ -21,7 +26,7 @@ from .threshold import Threshold
 from .topk import TopK
 from .u8bit import U8Bit
 
-#: every method, by the name ``from_spec`` knows it by
-METHODS: dict[str, type[Compressor]] = {cls.name: cls for cls in (TopK, OneBit, AdaComp, PowerSGD)}
-METHODS.update({cls.name: cls for cls in (RandomK, Threshold, SignSGD, Signum, EFSignSGD, DGC)})
-METHODS.update({cls.name: cls for cls in (QSGD, TernGrad, U8Bit, Natural)})
+#: every method, by the name ``from_spec`` knows it by, in the README's order
+METHODS: dict[str, type[Compressor]] = {cls.name: cls for cls in (
+    TopK, OneBit, AdaComp, PowerSGD, DGC, RandomK, Threshold, SignSGD, Signum, EFSignSGD,
+    QSGD, TernGrad, U8Bit, Natural)}

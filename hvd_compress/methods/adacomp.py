@@ -28,7 +28,7 @@ import torch
 
 from ..compressor import Compressor
 from ..options import is_int, require
-from ..kernels import adacomp_cpu, arrays
+from ..kernels import arrays
 from ..payload import entry_count, indices_inside
 
 CONV_BIN, FC_BIN = 50, 500
@@ -42,6 +42,9 @@ class AdaComp(Compressor):
     """``AdaComp(bin_size=None)``: L_T by shape (50 for conv kernels, 500 otherwise) or fixed."""
 
     name = "adacomp"
+    PAPER = 'Chen et al., AAAI 2018'
+    PAYLOAD = 'one float32 scale, then an int32 (index and sign) per entry AdaComp picks'
+    EXAMPLES = ('adacomp', 'adacomp:communication=twophase', 'adacomp:bin_size=7')
 
     def __init__(self, *, bin_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -63,8 +66,7 @@ class AdaComp(Compressor):
     def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                key: str = "") -> torch.Tensor:
         grad32 = grad.to(torch.float32)  # no copy for fp32 gradients
-        return self._payload(*arrays.kernels("adacomp", acc).select(
-            arrays.view(acc), arrays.view(grad32), self.bin_for(shape)), acc)
+        return self._payload(*arrays.kernels("adacomp", acc).select(acc, grad32, self.bin_for(shape)), acc)
 
     def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                     keep: bool, key: str = "") -> torch.Tensor | None:
@@ -72,14 +74,13 @@ class AdaComp(Compressor):
         # first pass, a bin at a time (kernels/adacomp_cpu.py, fold_select).
         if not arrays.one_pass_cpu(acc, grad):
             return super().fold_encode(acc, grad, shape, keep, key)
-        selected = adacomp_cpu.fold_select(arrays.view(acc), arrays.view(grad), keep,
-                                           self.bin_for(shape))
+        selected = arrays.kernels("adacomp", acc).fold_select(acc, grad, keep, self.bin_for(shape))
         return None if selected is None else self._payload(*selected, acc)
 
     @staticmethod
     def _payload(scale: float, codes, like: torch.Tensor) -> torch.Tensor:
         scale = torch.tensor([scale], dtype=torch.float32, device=like.device)
-        return arrays.join([scale, arrays.tensor(codes, like)])
+        return arrays.join([scale, codes])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         """Checks, before adding (PayloadError otherwise, payload.py): the length, the scale and
@@ -89,13 +90,11 @@ class AdaComp(Compressor):
         the device, and reading the count back is one stream sync a payload."""
         entry_count(payload, 4, 4, out)
         indices_inside(arrays.kernels("adacomp", out).decode_add(
-            arrays.view(payload[:4].view(torch.float32)), arrays.view(payload[4:].view(torch.int32)),
-            arrays.view(out)), out)
+            payload[:4].view(torch.float32), payload[4:].view(torch.int32), out), out)
 
     def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
         if arrays.on_cuda(out):
             return super().decode_add_all(payloads, out, shape)
         for payload in payloads:
             entry_count(payload, 4, 4, out)
-        indices_inside(arrays.kernels("adacomp", out).decode_add_all(
-            *arrays.spans(payloads), arrays.view(out)), out)
+        indices_inside(arrays.kernels("adacomp", out).decode_add_all(*arrays.spans(payloads), out), out)

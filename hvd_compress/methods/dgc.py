@@ -68,8 +68,7 @@ import torch
 from ..compressor import Compressor
 from ..options import is_int, is_number, position, require
 from ..kernels import arrays
-from ..payload import exact_length
-from .topk import add_pairs
+from ..payload import add_pairs, exact_length
 
 WARMUP_DENSITIES = (0.25, 0.0625, 0.015625, 0.004)
 
@@ -79,6 +78,9 @@ class DGC(Compressor):
     build the optimizer with momentum=0."""
 
     name = "dgc"
+    PAPER = 'Lin et al., ICLR 2018'
+    PAYLOAD = "TopK's payload, of the momentum-corrected accumulation; the optimizer must have momentum=0"
+    EXAMPLES = ('dgc:ratio=0.05', 'dgc:momentum=0,ratio=0.01', 'dgc:momentum=0,ratio=0.01,warmup_steps=4', 'dgc:momentum=0,dense_below=10000')
     ROUTES = ("allgather",)
     LOCAL_STATE = ("u",)
 
@@ -132,19 +134,17 @@ class DGC(Compressor):
         if self.momentum or gain != 1.0:  # else no pass over u is needed, nor u itself
             if u is None:
                 u = state["u"] = torch.zeros_like(acc)
-            arrays.kernels("momentum", acc).accumulate(
-                arrays.view(acc), arrays.view(grad.to(torch.float32)), arrays.view(u),
-                self.momentum, gain)
+            arrays.kernels("momentum", acc).accumulate(acc, grad.to(torch.float32), u, self.momentum, gain)
         if self.whole(shape):
             values = acc.clone()
             acc.zero_()
             return values.view(torch.uint8)
         k = self.k(acc.numel(), step)
         # k = n (ratio=1): every entry, which only the exact selection guarantees
-        values, indices = arrays.kernels("topk", acc).select(arrays.view(acc), k, k == acc.numel())
+        values, indices = arrays.kernels("topk", acc).select(acc, k, k == acc.numel())
         if u is not None:
-            arrays.kernels("momentum", acc).mask(arrays.view(u), indices)
-        return arrays.join([arrays.tensor(values, acc), arrays.tensor(indices, acc)])
+            arrays.kernels("momentum", acc).mask(u, indices)
+        return arrays.join([values, indices])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         """Checks the length before adding (PayloadError otherwise, payload.py): exactly 4n

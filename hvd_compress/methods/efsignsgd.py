@@ -27,6 +27,9 @@ class EFSignSGD(OneBit):
     """``EFSignSGD()``: ``OneBit(scaling="l1", granularity="tensor")`` under its paper's name."""
 
     name = "efsignsgd"
+    PAPER = 'Karimireddy et al., ICML 2019'
+    PAYLOAD = 'OneBit with scaling="l1": one bit per element and the L1 scale'
+    EXAMPLES = ('efsignsgd',)
 
     def __init__(self, **kwargs: Any) -> None:
         fixed = sorted(set(kwargs) & set(FIXED))

@@ -39,6 +39,9 @@ class Natural(Quantized):
     """``Natural(seed=0)``."""
 
     name = "natural"
+    PAPER = 'Horváth et al., 2019'
+    PAYLOAD = '2**emax of the tensor (float32), then one byte per entry: sign and a power of two below it, stochastically rounded, unbiased; no error feedback by default'
+    EXAMPLES = ('natural', 'natural:communication=twophase', 'natural:error_feedback=true')
 
     def __init__(self, *, seed: int = 0, error_feedback: bool = False, **kwargs: Any) -> None:
         super().__init__(quantize.NATURAL_POWERS, 1, seed=seed, error_feedback=error_feedback, **kwargs)

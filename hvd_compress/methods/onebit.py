@@ -19,7 +19,7 @@ import torch
 
 from ..compressor import Compressor
 from ..options import one_of
-from ..kernels import arrays, onebit_cpu
+from ..kernels import arrays
 from ..payload import exact_length
 
 SCALINGS = ("means", "l1")
@@ -34,6 +34,9 @@ class OneBit(Compressor):
     """
 
     name = "onebit"
+    PAPER = 'Seide et al., Interspeech 2014'
+    PAYLOAD = 'one bit per element, packed 8 to a byte, and two float32 per tensor (or per column, or per two-phase chunk)'
+    EXAMPLES = ('onebit', 'onebit:communication=twophase', 'onebit:scaling=l1,granularity=column')
 
     def __init__(self, *, scaling: str = "means", granularity: str = "tensor", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -57,9 +60,8 @@ class OneBit(Compressor):
 
     def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                key: str = "") -> torch.Tensor:
-        low, high, bits = arrays.kernels("onebit", acc).quantize(
-            arrays.view(acc), self.groups(acc.numel(), shape), self.scaling)
-        return arrays.join([arrays.tensor(a, acc) for a in (low, high, bits)])
+        return arrays.join(arrays.kernels("onebit", acc).quantize(acc, self.groups(acc.numel(), shape),
+                                                                 self.scaling))
 
     def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                     keep: bool, key: str = "") -> torch.Tensor | None:
@@ -67,9 +69,9 @@ class OneBit(Compressor):
         # the signs' groups (kernels/onebit_cpu.py, fold_quantize).
         if not arrays.one_pass_cpu(acc, grad):
             return super().fold_encode(acc, grad, shape, keep, key)
-        quantized = onebit_cpu.fold_quantize(arrays.view(acc), arrays.view(grad), keep,
-                                             self.groups(acc.numel(), shape), self.scaling)
-        return None if quantized is None else arrays.join([arrays.tensor(a, acc) for a in quantized])
+        quantized = arrays.kernels("onebit", acc).fold_quantize(acc, grad, keep, self.groups(acc.numel(), shape),
+                                                                self.scaling)
+        return None if quantized is None else arrays.join(quantized)
 
     def _decoded_groups(self, payloads: list[torch.Tensor], out: torch.Tensor,
                         shape: torch.Size) -> int:
@@ -86,13 +88,11 @@ class OneBit(Compressor):
         O(1), about 0.3 us a payload; a flipped scale or bit decodes to other values."""
         groups = self._decoded_groups([payload], out, shape)
         scales = payload[:8 * groups].view(torch.float32)
-        arrays.kernels("onebit", out).dequantize_add(
-            arrays.view(payload[8 * groups:]), arrays.view(scales[:groups]),
-            arrays.view(scales[groups:]), arrays.view(out))
+        arrays.kernels("onebit", out).dequantize_add(payload[8 * groups:], scales[:groups], scales[groups:], out)
 
     def decode_add_all(self, payloads: list[torch.Tensor], out: torch.Tensor, shape: torch.Size) -> None:
         if arrays.on_cuda(out):
             return super().decode_add_all(payloads, out, shape)
         groups = self._decoded_groups(payloads, out, shape)
         buffer, starts, _ = arrays.spans(payloads)
-        arrays.kernels("onebit", out).dequantize_add_all(buffer, starts, groups, arrays.view(out))
+        arrays.kernels("onebit", out).dequantize_add_all(buffer, starts, groups, out)

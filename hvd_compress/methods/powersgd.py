@@ -39,6 +39,9 @@ class PowerSGD(Compressor):
     """``PowerSGD(rank=1, warm_start=True, start_step=0)``."""
 
     name = "powersgd"
+    PAPER = 'Vogels et al., NeurIPS 2019'
+    PAYLOAD = "the rank-r factors P (n x r) and Q (m x r) of each matrix, float32, summed by Horovod's own fused allreduce; vectors dense"
+    EXAMPLES = ('powersgd:rank=2', 'powersgd:rank=1,start_step=2')
     #: the factors travel through Horovod's allreduce (communication/lowrank.py)
     ROUTES = ("lowrank",)
 

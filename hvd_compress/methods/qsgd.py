@@ -40,6 +40,9 @@ class QSGD(Quantized):
     """``QSGD(levels=127, bucket_size=512, seed=0)``."""
 
     name = "qsgd"
+    PAPER = 'Alistarh et al., NeurIPS 2017'
+    PAYLOAD = 'per bucket of 512 entries its L2 norm (float32), then one int8 per entry: sign * level, stochastically rounded, unbiased; no error feedback by default'
+    EXAMPLES = ('qsgd', 'qsgd:error_feedback=true', 'qsgd:levels=3,bucket_size=7,error_feedback=true')
 
     def __init__(self, levels: int = 127, *, bucket_size: int = 512, seed: int = 0,
                  error_feedback: bool = False, **kwargs: Any) -> None:

@@ -21,7 +21,7 @@ import torch
 
 from ..compressor import Compressor
 from ..options import is_int, require
-from ..kernels import arrays, quantize, randomk_cpu
+from ..kernels import arrays, counter_rng, quantize
 from ..payload import exact_length
 
 
@@ -63,13 +63,13 @@ class Quantized(Compressor):
         if self.seed is None:  # deterministic rounding
             return 0
         count = self.states.get(key, lambda: {"steps": 0})
-        seed = randomk_cpu.step_seed(randomk_cpu.step_seed(self.seed, self._rank(), n), count["steps"], n)
+        seed = counter_rng.step_seed(counter_rng.step_seed(self.seed, self._rank(), n), count["steps"], n)
         count["steps"] += 1
         return seed
 
     def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                key: str = "") -> torch.Tensor:
-        scales, codes = quantize.encode(arrays.kernels("quantize", acc), arrays.view(acc), self.scheme,
+        scales, codes = quantize.encode(arrays.kernels("quantize", acc, convert=False), arrays.view(acc), self.scheme,
                                         self.bucket_size, self._encode_seed(key, acc.numel()),
                                         self.clip_bound(acc))
         return arrays.join([arrays.tensor(scales, acc), arrays.tensor(codes, acc)])
@@ -80,5 +80,5 @@ class Quantized(Compressor):
         table, so nothing else in the payload addresses memory."""
         exact_length(payload, self.scheme.payload_bytes(out.numel(), self.bucket_size), out)
         split = 4 * self.scheme.buckets(out.numel(), self.bucket_size)
-        quantize.decode_add(arrays.kernels("quantize", out), arrays.view(payload[:split].view(torch.float32)),
+        quantize.decode_add(arrays.kernels("quantize", out, convert=False), arrays.view(payload[:split].view(torch.float32)),
                             arrays.view(payload[split:]), arrays.view(out), self.scheme, self.bucket_size)

@@ -35,7 +35,7 @@ import torch
 
 from ..compressor import Compressor
 from ..options import is_int, ratio as check_ratio, require
-from ..kernels import arrays, randomk_cpu
+from ..kernels import arrays, counter_rng
 from ..payload import entry_count
 
 
@@ -43,6 +43,9 @@ class RandomK(Compressor):
     """``RandomK(ratio=0.01, seed=0)``."""
 
     name = "randomk"
+    PAPER = 'Stich et al., NeurIPS 2018'
+    PAYLOAD = 'an 8-byte seed and k float32 values: the indices come from the seed, shared by all ranks'
+    EXAMPLES = ('randomk:ratio=0.05', 'randomk:ratio=0.3,seed=5')
 
     def __init__(self, ratio: float = 0.01, *, seed: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -63,11 +66,10 @@ class RandomK(Compressor):
     def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                key: str = "") -> torch.Tensor:
         count = self.states.get(key, lambda: {"steps": 0})
-        seed = randomk_cpu.step_seed(self.seed, count["steps"], acc.numel())
+        seed = counter_rng.step_seed(self.seed, count["steps"], acc.numel())
         count["steps"] += 1
-        values = arrays.kernels("randomk", acc).select(arrays.view(acc), self.k(acc.numel()), seed)
-        header = torch.tensor([seed], dtype=torch.int64, device=acc.device)
-        return arrays.join([header, arrays.tensor(values, acc)])
+        values = arrays.kernels("randomk", acc).select(acc, self.k(acc.numel()), seed)
+        return arrays.join([torch.tensor([seed], dtype=torch.int64, device=acc.device), values])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         """Checks the length, the seed and 4 bytes a value, at most ``out.numel()`` values,
@@ -75,6 +77,5 @@ class RandomK(Compressor):
         sound: its indices are a permutation's images, all inside ``out``."""
         if not entry_count(payload, 8, 4, out):
             return
-        arrays.kernels("randomk", out).decode_add(
-            arrays.view(payload[:8].view(torch.int64)), arrays.view(payload[8:].view(torch.float32)),
-            arrays.view(out))
+        arrays.kernels("randomk", out).decode_add(payload[:8].view(torch.int64),
+                                                  payload[8:].view(torch.float32), out)

@@ -54,6 +54,9 @@ class SignSGD(Compressor):
     """``SignSGD(momentum=0.0)``: majority vote of signs; ``momentum > 0`` gives Signum."""
 
     name = "signsgd"
+    PAPER = 'Bernstein et al., ICML 2018 / ICLR 2019'
+    PAYLOAD = 'one sign bit per element; the aggregate is the majority vote, so every element moves by exactly lr: plain SGD, lr about 1e-4..1e-3'
+    EXAMPLES = ('signsgd', 'signsgd:error_feedback=true')
     ROUTES = ("allgather", "twophase")
     LOCAL_STATE = ("momentum",)
 
@@ -78,16 +81,15 @@ class SignSGD(Compressor):
                key: str = "") -> torch.Tensor:
         if self.momentum:
             m = self.states.get(key, lambda: {"momentum": torch.zeros_like(acc)})["momentum"]
-            arrays.kernels("momentum", acc).accumulate(
-                arrays.view(acc), arrays.view(grad.to(torch.float32)), arrays.view(m),
-                self.momentum, 1.0 - self.momentum)
-        return arrays.tensor(arrays.kernels("signsgd", acc).pack(arrays.view(acc)), acc)
+            arrays.kernels("momentum", acc).accumulate(acc, grad.to(torch.float32), m,
+                                                       self.momentum, 1.0 - self.momentum)
+        return arrays.kernels("signsgd", acc).pack(acc)
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         """Checks the length, exactly ceil(n / 8) bytes, before adding (PayloadError
         otherwise, payload.py; O(1), about 0.2 us): nothing else addresses memory."""
         exact_length(payload, (out.numel() + 7) // 8, out)
-        arrays.kernels("signsgd", out).unpack_add(arrays.view(payload), arrays.view(out))
+        arrays.kernels("signsgd", out).unpack_add(payload, out)
 
     def aggregate(self, total: torch.Tensor) -> None:
         total.sign_()

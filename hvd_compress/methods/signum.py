@@ -20,6 +20,9 @@ class Signum(SignSGD):
     """``Signum(momentum=0.9)``: ``SignSGD`` with worker momentum, under its paper's name."""
 
     name = "signum"
+    PAPER = 'Bernstein et al., ICLR 2019'
+    PAYLOAD = "the sign of each rank's momentum, one bit per element, majority vote; plain SGD without momentum"
+    EXAMPLES = ('signum',)
 
     def __init__(self, *, momentum: float = 0.9, **kwargs: Any) -> None:
         require(is_number(momentum) and momentum > 0,

@@ -43,6 +43,9 @@ class TernGrad(Quantized):
     """``TernGrad(clip=0.0, seed=0)``; ``clip=2.5`` is the paper's gradient clipping."""
 
     name = "terngrad"
+    PAPER = 'Wen et al., NeurIPS 2017'
+    PAYLOAD = 'max |g| per tensor (float32) and 2 bits per entry (-s, 0, +s), stochastic, unbiased; no error feedback by default'
+    EXAMPLES = ('terngrad', 'terngrad:clip=2.5,communication=twophase', 'terngrad:clip=2.5,error_feedback=true')
 
     def __init__(self, *, clip: float = 0.0, seed: int = 0, error_feedback: bool = False,
                  **kwargs: Any) -> None:

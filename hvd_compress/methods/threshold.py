@@ -35,7 +35,7 @@ import torch
 from ..compressor import Compressor
 from ..options import require
 from ..kernels import arrays
-from .topk import add_pairs
+from ..payload import add_pairs
 
 ASSUMED_DENSITY = 0.01
 
@@ -44,6 +44,9 @@ class Threshold(Compressor):
     """``Threshold(threshold=0.01)``: send the entries of gradient + residual above it in magnitude."""
 
     name = "threshold"
+    PAPER = 'Strom, Interspeech 2015'
+    PAYLOAD = 'float32 value + int32 index of every entry above the threshold'
+    EXAMPLES = ('threshold:threshold=1.0',)
 
     def __init__(self, threshold: float = 0.01, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -60,14 +63,12 @@ class Threshold(Compressor):
 
     def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                key: str = "") -> torch.Tensor:
-        values, indices = arrays.kernels("threshold", acc).select(arrays.view(acc), self.threshold)
-        count = torch.tensor([values.size], dtype=torch.int32, device=acc.device)
-        if values.size == 0:  # no zero-length device arrays through __cuda_array_interface__
-            return arrays.join([count])
-        return arrays.join([count, arrays.tensor(values, acc), arrays.tensor(indices, acc)])
+        values, indices = arrays.kernels("threshold", acc).select(acc, self.threshold)
+        count = torch.tensor([values.numel()], dtype=torch.int32, device=acc.device)
+        return arrays.join([count, values, indices])
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         """TopK's decoder after the count header, with its checks (the length, and each index
-        in the kernel: methods/topk.py). The count is the length's; the header says the same
+        in the kernel: payload.add_pairs). The count is the length's; the header says the same
         and is not read (sizes need no device sync)."""
         add_pairs(payload, 4, out)

@@ -14,8 +14,8 @@ import torch
 
 from ..compressor import Compressor
 from ..options import one_of, ratio as check_ratio
-from ..kernels import arrays, topk_cpu
-from ..payload import entry_count, indices_inside
+from ..kernels import arrays
+from ..payload import add_pairs, entry_count, indices_inside
 
 SELECTIONS = ("sampled", "exact")
 
@@ -31,6 +31,9 @@ class TopK(Compressor):
     """
 
     name = "topk"
+    PAPER = 'Aji & Heafield 2017; Lin et al., ICLR 2018'
+    PAYLOAD = 'the ~1% largest entries of gradient + residual: float32 value + int32 index each'
+    EXAMPLES = ('topk:ratio=0.01', 'topk:ratio=0.05,selection=exact,communication=twophase')
 
     def __init__(self, ratio: float = 0.01, *, selection: str = "sampled", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -50,10 +53,8 @@ class TopK(Compressor):
 
     def encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                key: str = "") -> torch.Tensor:
-        kernels = arrays.kernels("topk", acc)
-        values, indices = kernels.select(arrays.view(acc), self.k(acc.numel()),
-                                         self.selection == "exact")
-        return arrays.join([arrays.tensor(values, acc), arrays.tensor(indices, acc)])
+        return arrays.join(arrays.kernels("topk", acc).select(acc, self.k(acc.numel()),
+                                                             self.selection == "exact"))
 
     def fold_encode(self, acc: torch.Tensor, grad: torch.Tensor, shape: torch.Size,
                     keep: bool, key: str = "") -> torch.Tensor | None:
@@ -61,17 +62,14 @@ class TopK(Compressor):
         # (kernels/topk_cpu.py, fold_topk_sampled).
         if self.selection != "sampled" or not arrays.one_pass_cpu(acc, grad):
             return super().fold_encode(acc, grad, shape, keep, key)
-        selected = topk_cpu.fold_topk_sampled(arrays.view(acc), arrays.view(grad), keep,
-                                              self.k(acc.numel()))
-        if selected is None:
-            return None
-        return arrays.join([arrays.tensor(a, acc) for a in selected])
+        selected = arrays.kernels("topk", acc).fold_topk_sampled(acc, grad, keep, self.k(acc.numel()))
+        return None if selected is None else arrays.join(selected)
 
     def decode_add(self, payload: torch.Tensor, out: torch.Tensor, shape: torch.Size) -> None:
         """Checks, before adding (PayloadError otherwise, payload.py): the length, 8 bytes an
         entry and at most ``out.numel()`` entries (O(1): about 0.2 us a payload), and in the
         kernel each index, 0 <= i < out.numel() (one compare an entry; measured no slower
-        than the unchecked decode: kernels/topk_cpu.py scatter_add). On CUDA the kernel counts
+        than the unchecked decode: kernels/sparse_cpu.py scatter_add). On CUDA the kernel counts
         bad indices on the device, and reading the count back is one stream sync a payload."""
         add_pairs(payload, 0, out)
 
@@ -80,17 +78,4 @@ class TopK(Compressor):
             return super().decode_add_all(payloads, out, shape)
         for payload in payloads:
             entry_count(payload, 0, 8, out)
-        indices_inside(arrays.kernels("topk", out).scatter_add_all(
-            *arrays.spans(payloads), arrays.view(out)), out)
-
-
-def add_pairs(payload: torch.Tensor, head: int, out: torch.Tensor) -> None:
-    """Adds the (value, index) pairs that follow ``head`` header bytes of ``payload`` to
-    ``out``: c float32 values, then c int32 indices (TopK's payload; Threshold's and DGC's
-    too). Raises PayloadError for a length that is not the header and whole pairs, at most one
-    per element of ``out``, or for an index outside ``out`` (payload.py)."""
-    count = entry_count(payload, head, 8, out)
-    if count:  # no zero-length device arrays through __cuda_array_interface__
-        values = arrays.view(payload[head:head + 4 * count].view(torch.float32))
-        indices = arrays.view(payload[head + 4 * count:].view(torch.int32))
-        indices_inside(arrays.kernels("topk", out).scatter_add(values, indices, arrays.view(out)), out)
+        indices_inside(arrays.kernels("sparse", out).scatter_add_all(*arrays.spans(payloads), out), out)

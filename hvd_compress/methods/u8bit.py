@@ -38,6 +38,9 @@ class U8Bit(Quantized):
     """``U8Bit(bucket_size=512)``; error feedback on by default."""
 
     name = "u8bit"
+    PAPER = "Dettmers, ICLR 2016; GRACE's u8bit"
+    PAYLOAD = "per bucket of 512 entries its max |x| (float32), then one byte per entry: sign and the nearest of 127 values of Dettmers' dynamic tree; error feedback"
+    EXAMPLES = ('u8bit',)
 
     def __init__(self, *, bucket_size: int = 512, error_feedback: bool = True, **kwargs: Any) -> None:
         super().__init__(quantize.U8BIT, bucket_size, seed=None, error_feedback=error_feedback, **kwargs)
