@@ -21,8 +21,9 @@ def methods_table(result: dict) -> str:
     lines = ["| spec | class, defaults | paper | what crosses the wire |", "|---|---|---|---|"]
     for name, cls in hvd_compress.METHODS.items():
         options = cls().options()
-        shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if common.get(k, object()) != v)
         lacks = [k for k in common if k not in options]
+        options.pop("link_gbit", None)  # the environment's (HVD_COMPRESS_LINK_GBIT), not a default
+        shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if common.get(k, object()) != v)
         takes = f" (takes no {', '.join(f'`{k}`' for k in lacks)})" if lacks else ""
         payload = cls.PAYLOAD.replace("|", "\\|")
         lines.append(f"| `{name}` | `hc.{cls.__name__}({shown})`{takes} | {cls.PAPER} | {payload} |")
@@ -222,6 +223,60 @@ def throughput_table(result: dict) -> str:
                   f"step at {rate_label(rates[0])} (interface counters)."]
         out.append("\n".join(lines))
     return "\n\n".join(out)
+
+
+def auto_targets_table(result: dict) -> str:
+    """Issue 29's first target, cell by cell: each compressor's defaults (``auto`` measured and
+    tried, no link rate told) against uncompressed Horovod in the same cell of the same sweep."""
+    cells = {k: c for k, c in _throughput_cells(result).items() if c.get("plan") is not None}
+    columns = sorted({(k[1], k[2]) for k in cells}, key=lambda pr: (pr[0], by_rate(pr[1])))
+    lines = ["| model, method | " + " | ".join(f"np={p} {rate_label(r)}" for p, r in columns) + " |",
+             "|---" * (1 + len(columns)) + "|"]
+    worst = None
+    for model, method in dict.fromkeys((k[0], k[3]) for k in cells):
+        if not _ours(method):
+            continue
+        row = []
+        for p, r in columns:
+            cell, dense = cells.get((model, p, r, method)), cells.get((model, p, r, "none"))
+            if cell is None or dense is None:
+                row.append("")
+                continue
+            ratio = cell["samples_per_s"] / dense["samples_per_s"]
+            worst = ratio if worst is None else min(worst, ratio)
+            chosen = "dense" if cell["plan"].get("chosen") == 0 else "compressed"
+            row.append(f"{_mark(ratio, 0.97)} ({chosen})")
+        lines.append(f"| {model}, `{method}` | " + " | ".join(row) + " |")
+    if worst is not None:
+        lines += ["", f"Samples/s over `none`'s in the same cell (target >= 0.97x, every cell), and "
+                  f"the plan `auto` made final (dense: all tensors as Horovod sends them). Worst "
+                  f"cell: {worst:.3g}x. Defaults only: no `link_gbit`, nothing told."]
+    return "\n".join(lines)
+
+
+def planning_table(result: dict) -> str:
+    """What ``auto`` measured, and what measuring and trying cost, per cell (medians over the
+    cell's methods)."""
+    import statistics
+
+    cells = [c for c in result["cells"].values() if c.get("plan", {}).get("measured")]
+    groups: dict = {}
+    for c in cells:
+        groups.setdefault((c["model"], c["np"], c["rate_mbit"]), []).append(c)
+    lines = ["| model | np | link | measured Gbit/s | overhead ms | probe s | steps until final | "
+             "seconds until final |", "|---|---|---|---|---|---|---|---|"]
+    for (model, p, rate), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], by_rate(kv[0][2]))):
+        def median(get):
+            return statistics.median(get(c["plan"]) for c in group)
+        lines.append(f"| {model} | {p} | {rate_label(rate)} | {median(lambda q: q['measured']['gbit']):.3g} | "
+                     f"{1e3 * median(lambda q: q['measured']['overhead_s']):.2f} | "
+                     f"{median(lambda q: q['probe_s']):.2f} | "
+                     f"{median(lambda q: q['planning_steps']):.0f} | {median(lambda q: q['planned_s']):.1f} |")
+    lines += ["", "Medians over the cell's compressors. Steps until final: the dense first step, "
+              "the probe at its end, then 4 steps of each candidate plan. Seconds until final "
+              "include every step the trials ran, slower plans too. An unthrottled link between "
+              "namespaces measures as fast as the machine copies memory."]
+    return "\n".join(lines)
 
 
 def throughput_targets_table(result: dict) -> str:
@@ -595,6 +650,8 @@ TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wi
           "breakdown": ("breakdown", breakdown_table),
           "memory": ("memory", memory_table),
           "methods": (None, methods_table),
+          "auto_targets": ("throughput", auto_targets_table),
+          "planning": ("throughput", planning_table),
           "ptb_adacomp_layers": ("time_to_accuracy", ptb_adacomp_layers_table)}
 
 

@@ -20,7 +20,8 @@ def fold(buf: torch.Tensor, grad: torch.Tensor, keep: bool) -> bool:
     flat = grad.detach().reshape(-1)
     if flat.device.type == "cpu" and flat.dtype == torch.float32:
         return compensate_cpu.fold(arrays.view(buf), arrays.view(flat), keep) == 0
-    finite = bool(torch.isfinite(flat).all())
+    # the largest magnitude is finite iff every entry is (NaN propagates): no n-sized bool mask
+    finite = not flat.numel() or bool(torch.isfinite(torch.linalg.vector_norm(flat, float("inf"))))
     buf.add_(flat) if keep else buf.copy_(flat)
     return finite
 

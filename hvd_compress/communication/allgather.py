@@ -34,7 +34,7 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
         ranks = process_set.size()
         bodies, all_finite = framing.unframe(gathered, tag, ranks, repr(name))
         if not all_finite:
-            return torch.full_like(grad, float("nan"))
+            return output_for(grad, zeroed=False).fill_(float("nan")).view(grad.shape).to(grad.dtype)
         total = output_for(grad)
         decode_sum(compressor, bodies, total, grad.shape, what=repr(name))
         if exchange.average:

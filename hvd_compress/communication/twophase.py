@@ -105,7 +105,7 @@ class _Reduction:
     def _aggregate(self, gathered: torch.Tensor) -> torch.Tensor:
         bodies, finite = framing.unframe(gathered, self.tag, self.ranks, repr(self.name))
         if not finite:
-            return torch.full_like(self.grad, float("nan"))
+            return output_for(self.grad, zeroed=False).fill_(float("nan")).view(self.grad.shape).to(self.grad.dtype)
         total = output_for(self.grad)
         for rank, ((lo, hi), body) in enumerate(zip(self.bounds, bodies)):
             decode_sum(self.compressor, [body], total[lo:hi], self.grad.shape, what=repr(self.name),

@@ -35,9 +35,12 @@ result: a NaN or Inf entry makes its bucket's scale non-finite (NaN for natural)
 that bucket 0, and the whole bucket decodes to NaN. A scale of 0 (an all-zero bucket) gives
 codes 0, decoding to 0.
 
-The element function is plain Python, compiled by each build (``make_element``), like
-``counter_rng.uniform``; ``encode`` and ``decode_add`` are written once over a build's
-primitives (``bucket_scales``, ``host``, ``device``, ``codes``, ``decode``).
+The element function is plain Python (``make_element``), like ``counter_rng.uniform``: the
+CUDA build compiles it; the CPU build has a loop of its own per mode that LLVM can vectorize
+(kernels/quantize_cpu.py says why), bitwise the same codes and values. ``encode`` and
+``decode_add`` are written once over a build's primitives (``bucket_scales``, ``host``,
+``device``, ``codes``, ``scaled_codes``: a bucketed scheme's scales and codes in one call, one
+pass over the data on the CPU; ``decode``).
 """
 import math
 from dataclasses import dataclass
@@ -209,15 +212,15 @@ def encode(k, acc, scheme: Scheme, bucket: int, seed: int, clip: float = np.inf)
     """(scales, codes) of ``acc`` on build ``k`` (quantize_cpu, or quantize_cuda bound to a
     stream); leaves the residual in ``acc``. ``bucket`` is ignored by whole-piece schemes;
     ``seed`` (< 2**64) seeds the stochastic roundings."""
-    n = acc.size
-    bucket = n if scheme.whole else bucket
-    scales = k.bucket_scales(acc, bucket, scheme.scale == "l2")
-    if scheme.whole:
-        scales = k.device(np.float32([whole_scale(scheme, k.host(scales)[0], clip)]))
     mode_clip = np.float32(clip) if scheme.mode == LINEAR else _INF
-    codes = k.codes(acc, scales, bucket, scheme.bits, k.device(scheme.table()), scheme.mode,
-                    scheme.levels, mode_clip, np.uint64(seed), k.device(scheme.midpoints()))
-    return scales, codes
+    how = (scheme.bits, k.device(scheme.table()), scheme.mode, scheme.levels, mode_clip,
+           np.uint64(seed), k.device(scheme.midpoints()))
+    if not scheme.whole:
+        return k.scaled_codes(acc, bucket, scheme.scale == "l2", *how)
+    n = acc.size
+    largest = k.host(k.bucket_scales(acc, n, False))[0]
+    scales = k.device(np.float32([whole_scale(scheme, largest, clip)]))
+    return scales, k.codes(acc, scales, n, *how)
 
 
 def decode_add(k, scales, codes, out, scheme: Scheme, bucket: int) -> None:

@@ -86,5 +86,12 @@ def codes(acc, scales, bucket, bits, table, mode, levels, clip, seed, mids, stre
     return out
 
 
+def scaled_codes(acc, bucket, l2, bits, table, mode, levels, clip, seed, mids, stream=0):
+    """(scales, codes) of ``acc`` in buckets of ``bucket`` entries (quantize_cpu.scaled_codes):
+    the scales' kernel, then the codes'."""
+    scales = bucket_scales(acc, bucket, l2, stream)
+    return scales, codes(acc, scales, bucket, bits, table, mode, levels, clip, seed, mids, stream)
+
+
 def decode(codes, scales, bucket, bits, table, out, stream=0) -> None:
     _decode[blocks(out.size), THREADS, stream](codes, scales, bucket, bits, table, out)
