@@ -17,6 +17,10 @@ from numba.cpython.unsafe.numbers import trailing_zeros  # LLVM's cttz, as Numba
 from .compensate_cpu import FLOAT32_MAX
 from .threads import serial_and_parallel
 
+#: the functions adacomp_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('select', 'decode_add')
+CPU_ONLY = ('fold_select', 'decode_add_all')
+
 _MAGNITUDE = np.uint32(0x7FFFFFFF)  # all bits of a float32 but the sign
 _ONE = np.uint64(1)
 

@@ -99,7 +99,7 @@ class Kernels:
 
 
 def kernels(family: str, like: torch.Tensor, convert: bool = True) -> Kernels:
-    """``family``'s kernels (kernels/__init__.py FAMILIES) for ``like``'s device: the
+    """``family``'s kernels (kernels/__init__.py: its SHARED table) for ``like``'s device: the
     ``_cpu`` module for CPU tensors, the ``_cuda`` one for CUDA tensors; over tensors unless
     ``convert=False``."""
     device = "cuda" if on_cuda(like) else "cpu"

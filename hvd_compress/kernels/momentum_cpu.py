@@ -11,6 +11,10 @@ from numba import njit, prange
 
 from .threads import serial_and_parallel
 
+#: the functions momentum_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('accumulate', 'mask')
+CPU_ONLY = ()
+
 
 @serial_and_parallel
 def _accumulate(acc, grad, u, decay, gain):

@@ -12,6 +12,10 @@ from numba import njit, prange
 from .compensate_cpu import FLOAT32_MAX
 from .threads import serial_and_parallel
 
+#: the functions onebit_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('quantize', 'dequantize_add')
+CPU_ONLY = ('fold_quantize', 'dequantize_add_all')
+
 _CHUNKS = 64  # partial sums per chunk, added up afterwards, keep the passes parallel
 
 

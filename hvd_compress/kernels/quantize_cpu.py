@@ -33,6 +33,10 @@ from .counter_rng import uniform_cpu
 from .quantize import LINEAR, NEAREST, make_bucket_constants
 from .threads import serial_and_parallel
 
+#: the functions quantize_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('bucket_scales', 'codes', 'decode', 'host', 'device')
+CPU_ONLY = ()
+
 _CHUNKS = 64  # ranges of blocks the parallel build hands out
 _GROUP = 8  # buckets whose scales are summed side by side, then encoded (a multiple of 4)
 _WHOLE_BLOCK = 1 << 14  # entries per block when the scales are given

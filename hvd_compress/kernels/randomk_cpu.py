@@ -17,6 +17,10 @@ from numba import njit, prange
 
 from .threads import serial_and_parallel
 
+#: the functions randomk_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('select', 'decode_add')
+CPU_ONLY = ()
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

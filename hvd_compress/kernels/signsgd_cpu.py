@@ -7,6 +7,10 @@ import numpy as np
 
 from .onebit_cpu import _bits, dequantize_add
 
+#: the functions signsgd_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('pack', 'unpack_add')
+CPU_ONLY = ()
+
 _LOW, _HIGH = np.float32([-1.0]), np.float32([1.0])
 
 

@@ -5,6 +5,10 @@ A pair payload is c float32 values, then c int32 indices (payload.add_pairs read
 import numpy as np
 from numba import njit
 
+#: the functions sparse_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('scatter_add',)
+CPU_ONLY = ('scatter_add_all',)
+
 
 @njit(cache=True)
 def scatter_add(values, indices, out):

@@ -7,6 +7,10 @@ import numpy as np
 
 from .topk_cpu import _select, count_at_least
 
+#: the functions threshold_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('select',)
+CPU_ONLY = ()
+
 
 def select(acc: np.ndarray, thr: float) -> tuple[np.ndarray, np.ndarray]:
     """(values, indices ascending) of every |acc| > thr; zeroes them in ``acc``, which leaves

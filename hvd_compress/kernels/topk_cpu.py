@@ -17,6 +17,10 @@ from numba.cpython.unsafe.numbers import trailing_zeros  # LLVM's cttz
 from .compensate_cpu import FLOAT32_MAX, fold
 from .threads import serial_and_parallel, workers
 
+#: the functions topk_cuda offers too (kernels/__init__.py checks), and those only here
+SHARED = ('select',)
+CPU_ONLY = ('fold_topk_sampled',)
+
 # Work is split into this many contiguous chunks so that two passes (count, then write) can run
 # in parallel and still emit indices in ascending order. Inner loops run over a slice from 0:
 # Numba vectorizes those, not loops over range(lo, hi) (measured 4 ms against 28 ms a pass over
