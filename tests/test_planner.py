@@ -101,11 +101,12 @@ def _conservation(spec: str, steps: int) -> dict:
 
 @pytest.mark.parametrize("spec", ["topk:ratio=0.01", "onebit"])
 def test_route_switches_keep_error_feedback_exact_and_ranks_identical(spec):
-    ranks = run_workers(_conservation, 2, spec, 14)
+    ranks = run_workers(_conservation, 2, spec, 1 + 3 * planner_module.MAX_BLOCK + 5)
     for rank in ranks:
         tried = len(rank["plan"]["candidates"])
         assert rank["plan"]["state"] == "final" and tried >= 2
-        assert rank["plan"]["final_at_step"] == 1 + planner_module.BLOCK * tried
+        assert (1 + planner_module.MIN_BLOCK * tried <= rank["plan"]["final_at_step"]
+                <= 1 + planner_module.MAX_BLOCK * tried)
         assert rank["error"] < 1e-3, rank["error"]  # no residual lost or applied twice
         assert rank["dense_kept"] == []  # a tensor gone dense sent its residual
     assert all(torch.equal(a, b) for a, b in zip(ranks[0]["digest"], ranks[1]["digest"]))
@@ -116,7 +117,7 @@ def test_route_switches_keep_error_feedback_exact_and_ranks_identical(spec):
 
 @pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 def test_on_a_throttled_link_the_measured_plan_compresses():
-    script = [sys.executable, os.path.join(REPO, "tests", "scripts", "measured_auto.py"), "topk", "12"]
+    script = [sys.executable, os.path.join(REPO, "tests", "scripts", "measured_auto.py"), "topk", "40"]
     with Cluster(workers=2, rate_mbit=100) as cluster:
         outputs = cluster.run(script, timeout=300)
     plans = [json.loads(out.strip().splitlines()[-1])["plan"] for out in outputs]

@@ -23,6 +23,9 @@ METHODS = {
     "u8bit": (quantize.U8BIT, 512, "nearest", 1, np.inf),
     "u8bit_b7": (quantize.U8BIT, 7, "nearest", 1, np.inf),
     "natural": (quantize.NATURAL_POWERS, 1, "natural", 1, np.inf),
+    # no method's: 2-bit codes in buckets (bytes shared across buckets), one bucket > a CPU block
+    "ternary_b7": (quantize.Scheme(quantize.LINEAR, 2, "max", 1), 7, "linear", 1, np.inf),
+    "qsgd_b100k": (quantize.qsgd(5), 100_000, "linear", 5, np.inf),
 }
 SEED = 0xDEADBEEF12345678
 NON_FINITE = {"nan": np.float32([1, -2, np.nan, 3] * 300), "inf": np.float32([1, -np.inf, 0.5] * 401),
@@ -66,7 +69,7 @@ def test_cpu_matches_the_reference(vector, build, method):
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-@pytest.mark.parametrize("n", [1, 3, 4, 5, 511, 512, 513, 1_000_003])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 511, 512, 513, 4_097, 16_387, 1_000_003])
 def test_cpu_sizes(build, method, n):
     check(quantize_cpu, np.random.default_rng(n).standard_normal(n).astype(np.float32) * 1e-3, method)
 
@@ -90,6 +93,29 @@ def test_a_non_finite_entry_makes_its_bucket_nan_and_no_other(method):
         assert nan.all()
     else:
         assert nan[:bucket].all() and not nan[bucket:].any()
+
+
+def test_cpu_encodes_wide_ranges_and_tiny_pieces():
+    """Magnitudes over 100 binades, and a piece of subnormals only (natural's scale 2**emax
+    with emax < -126, its codes from subnormal bits): the CPU kernels' bit-level paths."""
+    rng = np.random.default_rng(9)
+    wide = (rng.standard_normal(70_001) * np.exp(rng.uniform(-80, 80, 70_001))).astype(np.float32)
+    tiny = (rng.standard_normal(5_000) * 1e-42).astype(np.float32)
+    for vector in (wide, tiny):
+        for method in METHODS:
+            check(quantize_cpu, vector, method)
+
+
+def test_u8bit_cells_hold_one_midpoint_each():
+    """The CPU kernel finds a u8bit code in the cell of q (its float64 exponent and top 7
+    mantissa bits): each cell must hold at most one midpoint, whose mean of sides is exact."""
+    mids = quantize.U8BIT.midpoints()
+    first, last, below, sides = quantize_cpu._cell_table(mids.tobytes(), quantize.U8BIT.table()[:128].tobytes())
+    assert np.bincount((mids.view(np.int64) >> 45) - first - 1).max() == 1
+    q = np.concatenate([mids, np.nextafter(mids, 0), np.nextafter(mids, 2), [1e-300, 1.0, 1.5]])
+    cell = np.clip((q.view(np.int64) >> 45) - first, 0, last)
+    mid = (sides[2 * cell].astype(np.float64) + sides[2 * cell + 1]) / 2
+    np.testing.assert_array_equal(below[cell] + (mid < q), np.searchsorted(mids, q, "left"))
 
 
 def test_u8bit_codebook_is_dettmers_dynamic_tree():

@@ -7,12 +7,15 @@ Per optimizer and Horovod world (a new world after an elastic reset starts over)
 2. At the end of step 0's ``synchronize()``: measure the link and this method's CPU (probe.py,
    the maximum over ranks), and ask the cost model (route.candidates) for its plans on that
    world. The candidates are: everything dense, the model's best plan and its runner-up.
-3. Trials: each candidate runs ``BLOCK`` consecutive steps, all dense first. A step's time runs
-   from the end of one ``synchronize()`` to the end of the next (forward, backward,
-   communication, and the previous update, which is the same for every plan). A candidate's
-   time is the median of its block's steps after the first (which pays the switch: buffers,
-   first collectives of a kind), the maximum over ranks (the slowest rank sets a synchronous
-   step's pace). The fastest candidate is final, and all dense unless another is faster by
+3. Trials: each candidate runs a block of consecutive steps, all dense first: at least
+   ``MIN_BLOCK`` steps and ``BLOCK_S`` seconds (on the slowest rank), at most ``MAX_BLOCK``
+   steps. A step's time runs from the end of one ``synchronize()`` to the end of the next
+   (forward, backward, communication, and the previous update, which is the same for every
+   plan). A candidate's time is the median of the second half of its block (the first half
+   pays the switch: buffers, first collectives of a kind, caches), the maximum over ranks (the
+   slowest rank sets a synchronous step's pace). Millisecond steps (LeNet-5 on a fast link)
+   get long blocks: measured, the first few steps after the probe or a switch ran at twice
+   the steady step's time there, enough to pick the wrong plan from 4-step blocks. The fastest candidate is final, and all dense unless another is faster by
    more than ``MARGIN``. So a cluster where compression does not pay gets Horovod's own step,
    one where the model is wrong gets whichever plan measured fastest, not the model's guess,
    and a plan within ``MARGIN`` of dense is not worth the risk of a noisy trial: what that
@@ -39,9 +42,9 @@ yet sent) into the worker residual of the rank that holds it, scaled to the work
 (times p when the optimizer averages). A tensor going dense adds its worker residual to its next
 gradient, once, and the residual is dropped (``release``).
 
-Cost, measured per model in the README ("Choosing routes"): the probe (about 0.3 s at
-100 Mbit/s), and the trial steps run on plans slower than the final one: 1 + 3 x 3 steps until
-the plan is final.
+Cost, measured per model in the README ("Choosing routes"): the probe (0.3 to 0.7 s at np=2),
+the trial steps on plans slower than the final one, and one 8-byte allreduce per trial step
+past a block's fourth. The plan is final after 1 + 4 to 64 steps per candidate.
 """
 import statistics
 import time
@@ -54,7 +57,7 @@ from . import cost, probe, route
 from .base import Exchange
 from .twophase import chunk_bounds
 
-BLOCK = 4
+MIN_BLOCK, BLOCK_S, MAX_BLOCK = 4, 0.25, 64
 MARGIN = 0.05
 RECHECK, WINDOW, DRIFT = 200, 20, 0.25
 DENSE = "dense"
@@ -71,8 +74,9 @@ class Planner:
         #: names whose worker residual is added to their next dense gradient
         self.release: set[str] = set()
         self.plans: list[dict[str, str]] = []
-        self.trials: list[int] = []  # the candidate each trial step runs, in order
-        self.times: list[float] = []
+        self.trial: int | None = None  # the candidate the trials run now
+        self.steady: list[float] = []  # each tried candidate's step time
+        self.times: deque | list[float] = []
         self.step = 0
         self.final_step: int | None = None
         self.final_time = 0.0
@@ -93,10 +97,14 @@ class Planner:
         if self.step == 1 and self.final_step is None:
             self._measure()
             return self._begin_trials()
-        if self.trials:
+        if self.trial is not None:
             self.times.append(elapsed)
-            if len(self.times) < len(self.trials):
-                return self._use(self.plans[self.trials[len(self.times)]])
+            if not self._block_done():
+                return False
+            self.steady.append(statistics.median(self.times[len(self.times) // 2:]))
+            self.trial, self.times = self.trial + 1, []
+            if self.trial < len(self.plans):
+                return self._use(self.plans[self.trial])
             return self._decide()
         self.times.append(elapsed)  # the last WINDOW steps
         if self.final_time is None:  # the drift check's baseline: the plan's first steps
@@ -136,19 +144,27 @@ class Planner:
         self.last = time.perf_counter()  # the probe is not part of the next step
 
     def _begin_trials(self) -> bool:
-        self.trials = [i for i in range(len(self.plans)) for _ in range(BLOCK)]
-        self.times = []
+        self.trial, self.steady, self.times = 0, [], []
         self.report["state"] = "trials"
-        return self._use(self.plans[self.trials[0]])
+        return self._use(self.plans[0])
+
+    def _block_done(self) -> bool:
+        """Whether the current candidate has run long enough, on every rank alike."""
+        if len(self.times) < MIN_BLOCK:
+            return False
+        if len(self.times) >= MAX_BLOCK:
+            return True
+        longest = probe.agreed([sum(self.times)], self.exchange.process_set,
+                               f"{self.prefix}.block.{self.step}")[0]
+        self.last = time.perf_counter()  # the agreement is not part of the next step
+        return longest >= BLOCK_S
 
     def _decide(self) -> bool:
-        steady = [statistics.median([t for i, t in zip(self.trials, self.times) if i == plan][1:])
-                   for plan in range(len(self.plans))]
-        steady = probe.agreed(steady, self.exchange.process_set, f"{self.prefix}.trials.{self.step}")
+        steady = probe.agreed(self.steady, self.exchange.process_set, f"{self.prefix}.trials.{self.step}")
         chosen = min(range(len(self.plans)), key=steady.__getitem__)
         if steady[chosen] > (1 - MARGIN) * steady[0]:
             chosen = 0  # not clearly faster than Horovod alone
-        self.trials, self.times = [], deque(maxlen=WINDOW)
+        self.trial, self.times = None, deque(maxlen=WINDOW)
         self.final_step, self.final_time = self.step, None
         for candidate, seconds in zip(self.report["candidates"], steady):
             candidate["measured_s"] = seconds
