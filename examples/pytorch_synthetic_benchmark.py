@@ -53,8 +53,9 @@ def _counters(iface: str | None) -> tuple[int, int]:
         return int(tx.read()), int(rx.read())
 
 
-#: at most this many steps for communication="auto" to make its plan final
-PLAN_STEPS = 60
+#: at most this many steps for communication="auto" to make its plan final (planner.py: at most
+#: 1 + 64 per candidate)
+PLAN_STEPS = 300
 
 
 def benchmark(step: Callable[[], None], barrier: Callable[[], None], rank: int, size: int,
