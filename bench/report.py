@@ -273,9 +273,10 @@ def planning_table(result: dict) -> str:
                      f"{median(lambda q: q['probe_s']):.2f} | "
                      f"{median(lambda q: q['planning_steps']):.0f} | {median(lambda q: q['planned_s']):.1f} |")
     lines += ["", "Medians over the cell's compressors. Steps until final: the dense first step, "
-              "the probe at its end, then 4 steps of each candidate plan. Seconds until final "
-              "include every step the trials ran, slower plans too. An unthrottled link between "
-              "namespaces measures as fast as the machine copies memory."]
+              "the probe at its end, then a block of 4 to 64 steps for each candidate plan (no "
+              "trials, final at step 1, where the model predicted no plan faster than dense). "
+              "Seconds until final include every step the trials ran, slower plans too. An "
+              "unthrottled link between namespaces measures as fast as the machine copies memory."]
     return "\n".join(lines)
 
 
@@ -650,8 +651,8 @@ TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wi
           "breakdown": ("breakdown", breakdown_table),
           "memory": ("memory", memory_table),
           "methods": (None, methods_table),
-          "auto_targets": ("throughput", auto_targets_table),
-          "planning": ("throughput", planning_table),
+          "auto_targets": ("auto", auto_targets_table),
+          "planning": ("auto", planning_table),
           "ptb_adacomp_layers": ("time_to_accuracy", ptb_adacomp_layers_table)}
 
 

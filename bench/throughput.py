@@ -72,6 +72,8 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=METHODS, metavar="METHOD")
     parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     parser.add_argument("--workers", nargs="+", type=int, default=[2, 4], metavar="NP")
+    parser.add_argument("--results", default="throughput",
+                        help="bench/results/NAME.json to cache cells in (auto.json: the defaults' sweep)")
     args = parser.parse_args()
     exit_unless_available("throughput")
     grid = ([("resnet18", 2, 100)] if args.quick else
@@ -83,12 +85,13 @@ def main() -> None:
                  **measure(workers, method, model, rate, max(args.steps, MIN_STEPS.get(model, 0)),
                            args.batch_size)}
              for model, workers, rate in grid for method in args.methods}
-    cache = ResultCache("throughput", args.fresh)
+    cache = ResultCache(args.results, args.fresh)
     cache.sweep(cells, lambda c: f"{c['samples_per_s']:8.1f} samples/s  "
                                  f"tx {c['tx_bytes_per_step'] / 1e6:8.2f} MB/step")
-    import plots
+    if args.results == "throughput":  # the plots are of the full sweep
+        import plots
 
-    print("wrote", *plots.throughput(cache.data))
+        print("wrote", *plots.throughput(cache.data))
 
 
 if __name__ == "__main__":
