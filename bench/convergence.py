@@ -25,7 +25,7 @@ import hvd_compress as hc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from catalogue import CATALOGUE, COMPRESSORS, OPTIMIZER  # noqa: E402
+from bench_catalogue import CATALOGUE, COMPRESSORS, OPTIMIZER  # noqa: E402
 from common import ResultCache, with_option  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_mnist.py")

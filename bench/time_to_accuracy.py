@@ -21,7 +21,7 @@ What the runs are, chosen for this 2-core machine:
   core per worker (at np=4 two workers share a core): the balance of compute and communication
   is a slow network's, not a GPU cluster's on a fast one.
 
-The rest of the catalogue (bench/catalogue.py's list, MNIST with the optimizer settings the
+The rest of the catalogue (bench/bench_catalogue.py's list, MNIST with the optimizer settings the
 catalogue gives it) runs in the cell the headline target is about, np=4 at 100 Mbit/s.
 
 Repeats: ``--repeats N`` trains each run with seeds 42 .. 42 + N - 1 (the model's initial
@@ -51,7 +51,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import ResultCache, rate_label, with_option  # noqa: E402
 from netsim import Cluster, exit_unless_available  # noqa: E402
-from catalogue import CATALOGUE, OPTIMIZER  # noqa: E402
+from bench_catalogue import CATALOGUE, OPTIMIZER  # noqa: E402
 
 EXAMPLES = os.path.join(HERE, "..", "examples")
 WORKLOADS = {
