@@ -215,8 +215,10 @@ def _allreduce_grad_async(self, p):
     if compressor.compressible(p.grad):
         way = state.routes.get(name) or route.choose(compressor, p.grad, self.process_set.size())
     if way == "dense":
-        if state.planner is not None and not absent:
+        if state.planner is not None and not absent and name in state.planner.release:
             state.planner.fold_released(name, p.grad)
+            if p.grad.dtype not in dense.WIDENED:  # released: straight to Horovod from now on
+                state.straight = state.straight | {id(p)}
         if p.grad.dtype in dense.WIDENED:
             return dense.start(p.grad, name, state.exchange), None
         return _horovod_allreduce_grad_async(self, p)

@@ -191,7 +191,7 @@ class Planner:
             if self.routes[name] == "twophase":
                 server = memory.pop(f"{name}#server")
                 if server is not None and memory.keeps:
-                    n = dict((t[0], t[1].numel()) for t in self.tensors)[name]
+                    n = next(shape.numel() for t, shape, _ in self.tensors if t == name)
                     lo, hi = chunk_bounds(n, ranks)[rank]
                     worker = memory.buffer(name, torch.empty(n, device=server.device))
                     worker[lo:hi].add_(server, alpha=ranks if self.exchange.average else 1)
