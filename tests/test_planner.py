@@ -148,3 +148,20 @@ def test_a_resumed_final_plan_is_taken_without_trials():
     assert planner.final_time is not None and resumed.stats()["plan"]["resumed"]
     fresh = planner_module.Planner(hc.TopK(0.01, link_gbit=None), tensors, _Exchange(2, 0, True), 0)
     assert set(fresh.routes.values()) == {"dense"}  # warm-up
+
+
+def test_a_plan_final_without_trials_gets_its_drift_check(monkeypatch):
+    """Where the model predicts no plan faster than dense, the plan is dense at step 1; the
+    drift check then runs from the baseline of its first steps (a RECHECK-th step once divided
+    by a baseline of zero)."""
+    from hvd_compress.communication import cost, probe
+
+    monkeypatch.setattr(probe, "link", lambda process_set, prefix: cost.Link(1000.0))
+    monkeypatch.setattr(probe, "cpu", lambda compressor, ranks: cost.Cpu(1.0, 1e-6))
+    monkeypatch.setattr(probe, "agreed", lambda values, process_set, name: list(values))
+    planner = planner_module.Planner(hc.TopK(0.01, link_gbit=None), [("w", torch.Size((100, 100)), 4)],
+                                     _Exchange(2, 0, True), 0)
+    assert not any(planner.step_finished() for _ in range(planner_module.RECHECK + 2))
+    plan = planner.report
+    assert plan["state"] == "final" and plan["final_at_step"] == 1 and plan["chosen"] == 0
+    assert "drift" in plan and planner.routes == {"w": "dense"}

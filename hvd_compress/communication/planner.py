@@ -85,7 +85,7 @@ class Planner:
         self.times: deque | list[float] = []
         self.step = 0
         self.final_step: int | None = None
-        self.final_time = 0.0
+        self.final_time: float | None = None  # the drift check's baseline, once measured
         self.last = time.perf_counter()
         self.report: dict = {"state": "warm-up"}
         compressor.accounting.plan = self.report
