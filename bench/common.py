@@ -58,6 +58,15 @@ def with_option(spec: str, option: str) -> str:
     return f"{spec}{',' if ':' in spec else ':'}{option}"
 
 
+def ddp_own(method: str) -> bool:
+    """Whether a bench method is one of torch DDP's own hooks (bench/ddp_worker.py: ``ddp:fp16``,
+    ``ddp:allreduce``, ``ddp:powersgd:RANK``), not an hvd_compress spec run as a DDP hook
+    (``ddp:topk:ratio=0.01``)."""
+    hook = method[len("ddp:"):] if method.startswith("ddp:") else None
+    return hook is not None and (hook in ("allreduce", "fp16") or
+                                 (hook.startswith("powersgd:") and hook[len("powersgd:"):].isdigit()))
+
+
 def rate_label(rate_mbit: float | None) -> str:
     """A link rate of the simulated cluster; None is an unthrottled link."""
     return "unthrottled" if rate_mbit is None else f"{rate_mbit:g} Mbit/s"

@@ -3,7 +3,7 @@ horovodrun, gloo on localhost), fixed seed and epochs, for every method of the c
 defaults, and TopK, OneBit and AdaComp also without error feedback (the ablation), at np=2 and
 np=4.
 
-    .venv/bin/python bench/convergence.py            # np=2 and 4, 3 epochs, 19 methods
+    .venv/bin/python bench/convergence.py            # np=2 and 4, 3 epochs, every method in METHODS
     .venv/bin/python bench/convergence.py --quick    # np=2, 1 epoch, no ablation
 
 The optimizer is the example's (SGD, lr 0.01 per worker, momentum 0.9) except where a method

@@ -1,5 +1,6 @@
 """The communication cost model (hvd_compress/communication/cost.py) against the simulated
-cluster, and projected to 1,024 workers.
+cluster, and projected to 1,024 workers (flat) and to 128 nodes of 8 workers (the node dimension:
+the hierarchical routes).
 
     sudo .venv/bin/python bench/cost_model.py fit       # time gloo collectives: c and a
     .venv/bin/python bench/cost_model.py cpu            # the compressed path's CPU per tensor
@@ -91,9 +92,10 @@ def fit_cpu() -> None:
 
 def on_wire(c):
     """A Cost with its TCP payload bytes converted to interface bytes."""
-    from hvd_compress.communication import cost
+    import dataclasses
 
-    return cost.Cost(c.bytes * WIRE, c.collectives, c.rounds, c.fused)
+    return dataclasses.replace(c, bytes=c.bytes * WIRE, intra_bytes=c.intra_bytes * WIRE,
+                               cross_bytes=c.cross_bytes * WIRE)
 
 
 @functools.cache
@@ -103,14 +105,16 @@ def _shapes(model_name: str) -> list[tuple]:
     return [tuple(t.shape) for t in MODELS[model_name]().parameters()]
 
 
-def step_cost(model_name: str, method: str, p: int, gbit: float, fitted: dict):
-    """(Cost of one step's communication for one worker, Link) under the model."""
+def step_cost(model_name: str, method: str, p: int, gbit: float, fitted: dict, nodes=None):
+    """(Cost of one step's communication for one worker, Link) under the model; on ``nodes``
+    (topology.Nodes) ``gbit`` is the inter-node link, which a node's workers share."""
     import torch
 
     import hvd_compress as hc
     from hvd_compress.communication import cost, route
     params = [torch.empty(shape, device="meta") for shape in _shapes(model_name)]
-    link = cost.Link(gbit, fitted["latency_s"], fitted["overhead_s"])
+    link = cost.Link(gbit, fitted["latency_s"], fitted["overhead_s"],
+                     *((cost.INTRA_GBIT, gbit / nodes.size) if nodes else ()))
     total = cost.Cost(0.0)
     method = {"ddp:fp16": "fp16", "ddp:allreduce": "none"}.get(method, method)
     if method in ("none", "fp16"):
@@ -126,10 +130,11 @@ def step_cost(model_name: str, method: str, p: int, gbit: float, fitted: dict):
                       else cost.dense(4 * t.numel(), p))
         return total, link
     tensors = [(str(i), t.shape, 4) for i, t in enumerate(params) if compressor.compressible(t)]
-    routes = route.plan(compressor, tensors, p)
+    routes = route.plan(compressor, tensors, p, nodes=nodes)
     for i, t in enumerate(params):
         way = routes.get(str(i), "dense")
-        total += route.costs(compressor, t.shape, 4, p)[way] if way != "dense" else cost.dense(4 * t.numel(), p)
+        total += (route.costs(compressor, t.shape, 4, p, nodes=nodes)[way] if way != "dense"
+                  else cost.dense(4 * t.numel(), p))
     return total, link
 
 
@@ -175,6 +180,37 @@ def project(fitted: dict, model: str) -> dict:
     return out
 
 
+#: nodes of 8 workers, as GPU servers hold them, and the node counts projected
+PER_NODE = 8
+PROJECTED_NODES = [2, 4, 8, 16, 32, 64, 128]
+
+
+def project_nodes(fitted: dict, model: str) -> dict:
+    """Bytes through each node's uplink per step, and communication seconds, on nodes of
+    ``PER_NODE`` workers, for dense Horovod and TopK/OneBit flat (allgather) and hierarchical:
+    a flat ring's node-crossing edge carries a worker's ring bytes; the hierarchical routes' uplink
+    carries its workers' cross-node bytes."""
+    from hvd_compress.communication.topology import Nodes
+
+    methods = {"dense fp32": "none"}
+    for spec in ("topk:ratio=0.01", "onebit"):
+        for way in ("allgather", "hierarchical", "hierarchical_compressed"):
+            methods[f"{spec} {way}"] = with_option(spec, f"communication={way}")
+    out = {}
+    for label, method in methods.items():
+        for gbit in PROJECTED_GBIT:
+            points = []
+            for count in PROJECTED_NODES:
+                nodes = Nodes(size=PER_NODE, count=count, local=tuple(range(PER_NODE)),
+                              cross=tuple(range(0, PER_NODE * count, PER_NODE)), local_rank=0, node=0)
+                c, link = step_cost(model, method, PER_NODE * count, gbit, fitted, nodes)
+                c = on_wire(c)
+                points.append({"nodes": count, "uplink_bytes": c.bytes + PER_NODE * c.cross_bytes,
+                               "seconds": link.seconds(c)})
+            out.setdefault(label, {"method": method, "by_rate": {}})["by_rate"][str(gbit)] = points
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", nargs="?", default="check", choices=["fit", "cpu", "check"])
@@ -187,7 +223,8 @@ def main() -> None:
         sys.exit("cost_model: run `sudo .venv/bin/python bench/cost_model.py fit` first")
     fitted = {k: link["cells"]["fit"][k] for k in ("latency_s", "overhead_s")}
     result = {**fitted, "wire_factor": WIRE, "check": check(fitted),
-              "projection": {m: project(fitted, m) for m in ("widemlp", "resnet18")}}
+              "projection": {m: project(fitted, m) for m in ("widemlp", "resnet18")},
+              "nodes_projection": {m: project_nodes(fitted, m) for m in ("widemlp", "resnet18")}}
     with open(os.path.join(RESULTS, "cost_model.json"), "w") as f:
         json.dump(result, f, indent=1)
     for row in result["check"]:
@@ -196,7 +233,7 @@ def main() -> None:
               f"measured {row['measured']:12.4g} predicted {row['predicted']:12.4g} ({ratio:.2f}x)")
     import plots
 
-    print("wrote", plots.cost_model(result))
+    print("wrote", *plots.cost_model(result), *plots.nodes_projection(result))
 
 
 if __name__ == "__main__":

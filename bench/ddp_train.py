@@ -1,6 +1,6 @@
 """The peer for time to accuracy: examples/pytorch_mnist.py or examples/pytorch_ptb_lm.py trained
 under torch DDP on gloo with one of DDP's communication hooks (bench/ddp_worker.py's ``wrap``:
-``--hook allreduce | fp16 | powersgd:RANK``), the same model, data, optimizer, clipping and
+``--hook allreduce | fp16 | powersgd:RANK``, or an hvd_compress spec), the same model, data, optimizer, clipping and
 evaluation as the Horovod run, only the gradient exchange differs.
 
     torchrun --nproc_per_node 2 bench/ddp_train.py ptb --hook powersgd:1 --epochs 1
@@ -40,7 +40,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     world = World(dist.get_rank(), dist.get_world_size(), _sum)
     model, optimizer, data = example.build(args, world.size)
-    ddp = wrap(model, args.hook)
+    ddp = wrap(model, args.hook, optimizer)
     clip = getattr(args, "clip", None)
 
     def step(loss: torch.Tensor) -> None:

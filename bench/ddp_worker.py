@@ -7,6 +7,8 @@ hooks.
     --hook powersgd:R    powerSGD_hook, matrix_approximation_rank=R, error feedback and warm start
                          on (PyTorch's defaults), PowerSGD from the second step on, all
                          gradients in one bucket (see ``wrap``)
+    --hook SPEC          any other value: an hvd_compress spec (topk:ratio=0.01, onebit,
+                         powersgd:rank=1, ...) as hvd_compress.ddp's hook, DDP's default buckets
 
 Reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment (bench/netsim.py sets
 them), as ``torchrun`` would.
@@ -20,19 +22,24 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
+import hvd_compress
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 from pytorch_synthetic_benchmark import benchmark, parse_args, synthetic_model_and_batch  # noqa: E402
 
 
-def wrap(model: torch.nn.Module, hook: str) -> DistributedDataParallel:
-    """``model`` under DDP (which broadcasts rank 0's parameters) with ``hook`` registered."""
+def wrap(model: torch.nn.Module, hook: str,
+         optimizer: torch.optim.Optimizer | None = None) -> DistributedDataParallel:
+    """``model`` under DDP (which broadcasts rank 0's parameters) with ``hook`` registered; for
+    an hvd_compress spec the hook's state is ``.hvd_compress`` of the result (``optimizer``, if
+    given, is checked against the method: DGC refuses momentum of its own)."""
     if hook == "allreduce":
         return DistributedDataParallel(model)
     if hook == "fp16":
         ddp = DistributedDataParallel(model)
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return ddp
-    if hook.startswith("powersgd:"):
+    if hook.startswith("powersgd:") and hook[len("powersgd:"):].isdigit():
         # One bucket: the hook issues each bucket's second allreduce from the first one's
         # completion callback, so with several buckets ranks may issue collectives in different
         # orders, which gloo reports as a size mismatch and aborts (seen here, about one run
@@ -45,22 +52,28 @@ def wrap(model: torch.nn.Module, hook: str) -> DistributedDataParallel:
                                            start_powerSGD_iter=2)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         return ddp
-    raise ValueError(f"--hook must be allreduce, fp16 or powersgd:RANK, got {hook!r}")
+    ddp = DistributedDataParallel(model)
+    ddp.hvd_compress = hvd_compress.ddp.register(ddp, hook, optimizer=optimizer)  # a bad spec raises
+    return ddp
 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], lambda p: p.add_argument("--hook", default="allreduce"))
     dist.init_process_group("gloo")
     model, x, y = synthetic_model_and_batch(args)
-    model = wrap(model, args.hook)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    # DGC applies the momentum itself (and refuses an optimizer with momentum of its own)
+    momentum = 0.0 if args.hook.partition(":")[0] == "dgc" else 0.9
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=momentum)
+    model = wrap(model, args.hook, optimizer)
+    ours = getattr(model, "hvd_compress", None)
 
     def step() -> None:
         optimizer.zero_grad()
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
 
-    benchmark(step, dist.barrier, dist.get_rank(), dist.get_world_size(), args)
+    phases = (lambda: ours.stats()["seconds"]) if ours else dict
+    benchmark(step, dist.barrier, dist.get_rank(), dist.get_world_size(), args, phases)
     # every rank past its last collective before any tears down: a rank whose peer closed the
     # group first could abort at exit (std::terminate in a gloo thread, seen under load)
     dist.barrier()

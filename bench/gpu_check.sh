@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA path on a real GPU, as one prepared run (README, "CUDA").
+# The CUDA path on a real GPU, as one prepared run (docs/design.md, "Kernels").
 #
 #   bash bench/gpu_check.sh --prepare   # here, with network: fetches the Horovod sdist into .gpu/
 #   bash bench/gpu_check.sh             # on the GPU machine: no network needed; results in $OUT

@@ -7,7 +7,7 @@ memory-bandwidth floor (a preallocated ``copy_`` of the same tensor), in one run
     .venv/bin/python bench/kernels.py --only adacomp   # copy_ and AdaComp only; writes nothing
 
 Writes bench/results/kernels.json (medians in ms, and ratios) and kernels.png;
-``bench/report.py`` turns it into the README table.
+``bench/report.py`` turns it into the table in docs/benchmarks.md.
 
 How it times, so that a fresh clone, or a busy moment, reads the same ratios: every kernel is
 first called in both builds (Numba compiles it, or loads it from its cache, and its memory is
@@ -271,7 +271,7 @@ def main() -> None:
         for label, value in r["decode_ms"].items():
             print(f"  decode+sum {label:40s} {value:12.2f}")
         print(f"  load average {r['load'][0]:.2f} before, {r['load'][1]:.2f} after", flush=True)
-    if args.only is not None:  # a partial table must not replace the README's source
+    if args.only is not None:  # a partial table must not replace the table's source
         return
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "kernels.json"), "w") as f:

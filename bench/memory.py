@@ -17,7 +17,7 @@ memory_worker.py has the details, and each phase's own peak (``phases`` in the r
 which is how the causes were found.
 
 Writes bench/results/memory.json (cached per cell: a re-run skips finished cells; --fresh
-starts over); bench/report.py turns it into the README's table. The budget (issue 30): one
+starts over); bench/report.py turns it into the table in docs/benchmarks.md. The budget (issue 30): one
 gradient-sized buffer, the residual (every compressor keeps one, error feedback on or off),
 one more for DGC's velocity and Signum's momentum, and payload-sized buffers:
 ``PAYLOADS_PER_RANK`` payloads of the larger rank's size (a rank's encoded parts and its framed

@@ -46,7 +46,7 @@ import horovod.torch as hvd
 import torch
 
 import hvd_compress
-from hvd_compress.communication import allgather, framing, lowrank
+from hvd_compress.communication import allgather, codec, framing, lowrank
 from hvd_compress.compressor import Compressor
 from hvd_compress.kernels import arrays, momentum_cpu, topk_cpu
 
@@ -144,13 +144,13 @@ def traced_functions(compressor) -> list[tuple[object, str, str]]:
     of them that exist in this version of the package (it is edited under the bench)."""
     step = next((v for v in vars(lowrank).values()
                  if isinstance(v, type) and hasattr(v, "start_phase2")), None)
-    functions = [(allgather, "compressed", "encode: fold + select (communication/base.py compressed)"),
+    functions = [(allgather, "compressed", "encode: fold + select (communication/codec.py compressed)"),
                  (arrays, "join", "encode: join the parts (kernels/arrays.py join)"),
                  (framing, "frame", "frame the payload (communication/framing.py frame)"),
                  (hvd, "synchronize", "wait: collective output (hvd.synchronize)"),
                  (framing, "unframe", "unframe (communication/framing.py unframe)"),
-                 (allgather, "output_for", "aggregate buffer (communication/base.py output_for)"),
-                 (allgather, "decode_sum", "decode + sum (communication/base.py decode_sum)"),
+                 (codec, "output_for", "aggregate buffer (communication/codec.py output_for)"),
+                 (codec, "decode_sum", "decode + sum (communication/codec.py decode_sum)"),
                  (topk_cpu, "topk_exact", "topk: exact selection (kernels/topk_cpu.py topk_exact)"),
                  (topk_cpu, "_cut", "topk: cut to k (kernels/topk_cpu.py _cut)"),
                  (momentum_cpu, "accumulate", "momentum (kernels/momentum_cpu.py accumulate)"),

@@ -1,10 +1,16 @@
-"""A simulated cluster on one machine: one network namespace per worker, joined by a bridge,
-each worker's link rate-limited with tc tbf, and Horovod workers launched into them directly
-(no horovodrun), so every worker has its own NIC and interface byte counters.
+"""A simulated cluster on one machine: one network namespace per node, joined by a bridge,
+each node's uplink rate-limited with tc tbf, and Horovod workers launched into them directly
+(no horovodrun), so every node has its own NIC and interface byte counters.
 
-    with Cluster(workers=2, rate_mbit=100) as cluster:
+    with Cluster(workers=2, rate_mbit=100) as cluster:            # 2 nodes of 1 worker
         outputs = cluster.run([sys.executable, "examples/pytorch_synthetic_benchmark.py", ...],
                               timeout=300)
+    with Cluster(workers=8, rate_mbit=100, per_node=4) as cluster:  # 2 nodes of 4 workers
+
+A node's workers share its namespace and hostname, as the GPUs of one machine do: Horovod
+gives them real local_rank/local_size/cross_rank values, and what they send each other goes
+over the node's own loopback, unlimited (a real node's shared memory or NVLink), while what
+leaves the node crosses its rate-limited uplink, whose counters every worker of the node reads.
 
 Needs root, iproute2 (ip netns, veth, bridge, tc tbf) and unshare. Every namespace and process
 is torn down on exit, on errors and on SIGTERM. Addresses are 10.77.0.0/24, inside the
@@ -64,13 +70,16 @@ def _sh(*args: str) -> None:
 
 
 class Cluster:
-    def __init__(self, workers: int, rate_mbit: float | None = None) -> None:
-        self.workers = workers
+    def __init__(self, workers: int, rate_mbit: float | None = None, per_node: int = 1) -> None:
+        if workers % per_node:
+            raise ValueError(f"{workers} workers do not fill nodes of {per_node}")
+        self.workers, self.per_node = workers, per_node
         self.rate_mbit = rate_mbit
         tag = os.getpid()
+        nodes = workers // per_node
         self.bridge_ns = f"hc-br-{tag}"
-        self.worker_ns = [f"hc-w{i}-{tag}" for i in range(workers)]
-        self.addresses = [f"{SUBNET}.{i + 2}" for i in range(workers)]
+        self.worker_ns = [f"hc-w{i}-{tag}" for i in range(nodes)]  # one per node
+        self.addresses = [f"{SUBNET}.{i + 2}" for i in range(nodes)]
         self._rendezvous = None
         self._previous_sigterm = None
 
@@ -132,7 +141,7 @@ class Cluster:
 
     # --- running a Horovod job ----------------------------------------------------------------
     def _start_rendezvous(self) -> int:
-        hosts = ",".join(f"{a}:1" for a in self.addresses)
+        hosts = ",".join(f"{a}:{self.per_node}" for a in self.addresses)
         self._rendezvous = subprocess.Popen(
             ["ip", "netns", "exec", self.bridge_ns, sys.executable, "-c", _RENDEZVOUS, hosts],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -145,16 +154,20 @@ class Cluster:
         port = self._start_rendezvous()
         procs = []
         cores = sorted(os.sched_getaffinity(0))
-        for rank, (ns, address) in enumerate(zip(self.worker_ns, self.addresses)):
+        nodes = len(self.addresses)
+        for rank in range(self.workers):
+            node, local = divmod(rank, self.per_node)
+            ns, address = self.worker_ns[node], self.addresses[node]
             env = dict(os.environ,
                        HOROVOD_GLOO_RENDEZVOUS_ADDR=f"{SUBNET}.1", HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
                        HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo",
                        HOROVOD_GLOO_IFACE=WORKER_IFACE, HOROVOD_HOSTNAME=address,
                        HOROVOD_RANK=str(rank), HOROVOD_SIZE=str(self.workers),
-                       HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1",
-                       HOROVOD_CROSS_RANK=str(rank), HOROVOD_CROSS_SIZE=str(self.workers),
+                       HOROVOD_LOCAL_RANK=str(local), HOROVOD_LOCAL_SIZE=str(self.per_node),
+                       HOROVOD_CROSS_RANK=str(node), HOROVOD_CROSS_SIZE=str(nodes),
                        # the same job, for torch.distributed (bench/ddp_worker.py)
                        RANK=str(rank), WORLD_SIZE=str(self.workers), MASTER_ADDR=self.addresses[0],
+                       LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(self.per_node),
                        MASTER_PORT="29500", GLOO_SOCKET_IFACE=WORKER_IFACE,
                        PYTHONUNBUFFERED="1")
             script = 'hostname "$0" && exec "$@"'

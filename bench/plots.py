@@ -142,6 +142,28 @@ def cost_model(result: dict) -> list[str]:
     return [_save(fig, "cost_model.png")]
 
 
+def nodes_projection(result: dict) -> list[str]:
+    """Per-node uplink bytes and communication time per step against the node count (nodes of
+    8 workers), as the cost model projects them, one row per model."""
+    projection = result["nodes_projection"]
+    models = list(projection)
+    rates = list(next(iter(projection[models[0]].values()))["by_rate"])
+    keys = [(m, kind, rate) for m in models for kind, rate in [("uplink_bytes", None), *[("seconds", r) for r in rates]]]
+    title = {"uplink_bytes": "MB through each node's uplink per step", "seconds": "communication s/step"}
+    fig, axes = _panels(keys, lambda k: f"{k[0]}: {title[k[1]]}" + (f", {k[2]} Gbit/s uplink" if k[2] else ""))
+    for (model, kind, rate), ax in axes.items():
+        for label, line_ in projection[model].items():
+            points = line_["by_rate"][rate or rates[-1]]
+            scale = 1e6 if kind == "uplink_bytes" else 1
+            ax.plot([q["nodes"] for q in points], [q[kind] / scale for q in points], label=label,
+                    linestyle="--" if "allgather" in label else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes of 8 workers")
+    axes[keys[0]].legend(fontsize=6)
+    return [_save(fig, "nodes_projection.png")]
+
+
 def time_to_accuracy(result: dict) -> list[str]:
     """Per workload: quality against training seconds, one line per method in the same colour
     and style in every panel (its median run: the seed whose final quality is the median of its

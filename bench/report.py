@@ -1,24 +1,60 @@
-"""Writes the README's result tables from bench/results/*.json, so no number is typed by hand.
+"""Writes the generated tables of README.md and docs/*.md from bench/results/*.json (and the
+method table from the registry), so no number is typed by hand.
 
     .venv/bin/python bench/report.py
 
-Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in README.md; a
-missing results file leaves its table as it is.
+Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in any of those
+files (``documents()``); ``TABLES`` says which results files it reads. A missing results file
+leaves its tables as they are (tests/test_docs.py fails on it).
+
+Each table from results ends with its label (``label``): the results file and the commit it was
+added on top of (the first parent of the commit that last changed the file, or HEAD while the
+file has uncommitted changes: the commit it was measured on, stable when results and docs are
+committed together). "The code a results file measures" is ``MEASURES``: the package and the
+bench and worker scripts that wrote it. A results file older than that code (a later commit
+touched one of those paths) must be declared in ``OLDER`` with what changed, and its label says
+so; tests/test_docs.py checks both ways.
 """
+import functools
+import glob
 import os
 import re
+import statistics
+import subprocess
+from dataclasses import dataclass
+from typing import Callable
 
 import hvd_compress
-from common import RESULTS, by_rate, load, longest_run, rate_label
+from common import by_rate, ddp_own, load, longest_run, rate_label
+from hvd_compress.kernels.threads import PARALLEL_MIN
 
-README = os.path.join(os.path.dirname(RESULTS), "..", "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+DOCS = os.path.join(ROOT, "docs")
+
+
+def _routes(cls: type) -> str:
+    """The ``communication=`` values a method's constructor accepts at its defaults, tried on the
+    code; a method that takes no ``communication`` shows its one route."""
+    from hvd_compress.options import ROUTES
+
+    accepted = []
+    for way in dict.fromkeys([*ROUTES, *(r for c in hvd_compress.METHODS.values() for r in c.ROUTES)]):
+        try:
+            cls(communication=way)
+        except (TypeError, ValueError):
+            continue
+        accepted.append(f"`{way}`")
+    return ", ".join(accepted) if accepted else f"{', '.join(cls.ROUTES)} only"
 
 
 def methods_table(result: dict) -> str:
     """The catalogue from the registry (hvd_compress.methods.METHODS): each method's spec, its
-    constructor with every default that differs from the common ones, its paper and payload."""
+    constructor with every default that differs from the common ones, the routes it accepts,
+    its paper and payload."""
     common = {"error_feedback": True, "min_numel": 1024, "communication": "auto", "link_gbit": None}
-    lines = ["| spec | class, defaults | paper | what crosses the wire |", "|---|---|---|---|"]
+    lines = ["| spec | class, defaults | `communication=` | paper | what crosses the wire |",
+             "|---|---|---|---|---|"]
     for name, cls in hvd_compress.METHODS.items():
         options = cls().options()
         lacks = [k for k in common if k not in options]
@@ -26,13 +62,25 @@ def methods_table(result: dict) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in options.items() if common.get(k, object()) != v)
         takes = f" (takes no {', '.join(f'`{k}`' for k in lacks)})" if lacks else ""
         payload = cls.PAYLOAD.replace("|", "\\|")
-        lines.append(f"| `{name}` | `hc.{cls.__name__}({shown})`{takes} | {cls.PAPER} | {payload} |")
-    lines.append("| `none`, `fp16` | Horovod's `Compression.none` / `Compression.fp16` | | "
+        lines.append(f"| `{name}` | `hc.{cls.__name__}({shown})`{takes} | {_routes(cls)} | {cls.PAPER} | {payload} |")
+    lines.append("| `none`, `fp16` | Horovod's `Compression.none` / `Compression.fp16` | | | "
                  "unchanged Horovod behaviour |")
     lines += ["", "Every compressor also takes `error_feedback=True`, `min_numel=1024`, "
-              "`communication=\"auto\"` and `link_gbit=None` unless its row says otherwise "
-              "(generated from `hvd_compress.METHODS` by bench/report.py)."]
+              "`communication=\"auto\"` and `link_gbit=None` unless its row says otherwise; "
+              "`communication=` lists the values its constructor accepts (the first is its default). "
+              "Generated from `hvd_compress.METHODS` by bench/report.py."]
     return "\n".join(lines)
+
+
+def defaults_line(name: str) -> str:
+    """One method's constructor with every default, and the routes it accepts, from the code."""
+    cls = hvd_compress.METHODS[name]
+    options = {**cls().options(), **({"link_gbit": None} if "link_gbit" in cls().options() else {})}
+    common = ("error_feedback", "min_numel", "communication", "link_gbit")
+    ordered = [k for k in options if k not in common] + [k for k in common if k in options]
+    call = ", ".join(f"{k}={options[k]!r}" for k in ordered)
+    return (f"Defaults: `hc.{cls.__name__}()` is `hc.{cls.__name__}({call})`; `communication=` "
+            f"accepts {_routes(cls)}; `from_spec(\"{name}\")` (generated from the code).")
 
 
 def kernels_table(result: dict) -> str:
@@ -67,8 +115,9 @@ def kernels_table(result: dict) -> str:
     m = result["machine"]
     lines += ["", f"Measured by `bench/kernels.py` on {m['cpus']} CPUs ({m['processor']}), "
               f"torch using {result['torch_threads']} threads; medians of 7 runs. Rows without "
-              "\"serial build\" take the parallel kernel builds from 1M elements on; a rank that "
-              "fills its host runs the serial ones."]
+              f"\"serial build\" take the parallel kernel builds from {PARALLEL_MIN:,} (2^"
+              f"{PARALLEL_MIN.bit_length() - 1}) elements on; a rank that fills its host runs the "
+              "serial ones."]
     return "\n".join(lines)
 
 
@@ -433,7 +482,7 @@ def ptb_convergence_table(result: dict) -> str:
     sizes = sorted({c["np"] for c in runs})
     cells = {p: [c for c in runs if c["np"] == p] for p in sizes}
     lines = ["| method | error feedback | " + " | ".join(f"np={p} perplexity | vs `none`" for p in sizes)
-             + " | target |", "|---" * (3 + 2 * len(sizes)) + "|"]
+             + " | final perplexity vs `none` |", "|---" * (3 + 2 * len(sizes)) + "|"]
     for method in dict.fromkeys(c["method"] for c in runs):
         row, growth = [], []
         for p in sizes:
@@ -511,24 +560,25 @@ def time_to_accuracy_targets_table(result: dict) -> str:
 
     runs = _time_to_accuracy_runs(result)
 
-    def sooner(method, workload, p, rate, baseline):
+    def sooner(method, workload, p, rate, baseline, target):
         here = _cell(runs, workload, p, rate)
         a, b = summary(method, here), summary(baseline, here)
         if a is None or b is None:
             return "not measured"
         if a["seconds"] is None:
-            return "never reached"
-        return "baseline never reached" if b["seconds"] is None else f"{b['seconds'] / a['seconds']:.2f}x"
+            return "never reached: **not met**"
+        return "baseline never reached: met" if b["seconds"] is None else _mark(b["seconds"] / a["seconds"], target)
 
-    lines = ["| compressor | 100 Mbit/s np=4 sooner than `none` (>= 3x), MNIST / PTB | than `fp16` "
-             "(>= 1.5x) | 1 Gbit/s sooner than `none` (>= 1x), np=2 / np=4, MNIST / PTB |",
+    lines = ["| compressor | 100 Mbit/s np=4 sooner than `none` (>= 3x), MNIST / PTB | 100 Mbit/s np=4 "
+             "sooner than `fp16` (>= 1.5x), MNIST / PTB | 1 Gbit/s sooner than `none` (>= 1x), np=2 / "
+             "np=4, MNIST / PTB |",
              "|---" * 4 + "|"]
     for method in dict.fromkeys(c["method"] for c in runs):
         if not _ours(method) or "error_feedback=false" in method:
             continue
-        cells = [" / ".join(sooner(method, w, 4, 100, base) for w in ("mnist", "ptb"))
-                 for base in ("none", "fp16")]
-        cells.append(" / ".join(sooner(method, w, p, 1000, "none") for p in (2, 4) for w in ("mnist", "ptb")))
+        cells = [" / ".join(sooner(method, w, 4, 100, base, target) for w in ("mnist", "ptb"))
+                 for base, target in (("none", 3), ("fp16", 1.5))]
+        cells.append(" / ".join(sooner(method, w, p, 1000, "none", 1) for p in (2, 4) for w in ("mnist", "ptb")))
         lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
     peer = [f"{w}: fastest hvd_compress {_against_ddp(runs, w)}" for w in ("mnist", "ptb")]
     lines += ["", "Against torch DDP's PowerSGD hook (rank 1) at 100 Mbit/s, np=4: " + "; ".join(peer) + "."]
@@ -633,45 +683,592 @@ def _step_target(model: str, workers: int, rate: float | None) -> float | None:
     return 1.5 if (model, workers, rate) == ("resnet18", 2, 1000) else None
 
 
-# README marker -> (results file, renderer)
-TABLES = {"kernels": ("kernels", kernels_table), "wire_bytes": ("wire_bytes", wire_bytes_table),
-          "scale_targets": ("wire_bytes", scale_targets_table),
-          "cost_model": ("cost_model", cost_model_table),
-          "small_tensors": ("small_tensors", small_tensors_table),
-          "throughput": ("throughput", throughput_table),
-          "throughput_targets": ("throughput", throughput_targets_table),
-          "powersgd": ("throughput", powersgd_table),
-          "powersgd_rank": ("throughput", powersgd_rank_table),
-          "convergence": ("convergence", convergence_table),
-          "compression": ("convergence", compression_table),
-          "adacomp_layers": ("convergence", adacomp_layers_table),
-          "time_to_accuracy": ("time_to_accuracy", time_to_accuracy_table),
-          "time_to_accuracy_targets": ("time_to_accuracy", time_to_accuracy_targets_table),
-          "ptb_convergence": ("time_to_accuracy", ptb_convergence_table),
-          "breakdown": ("breakdown", breakdown_table),
-          "memory": ("memory", memory_table),
-          "methods": (None, methods_table),
-          "auto_targets": ("auto", auto_targets_table),
-          "planning": ("auto", planning_table),
-          "ptb_adacomp_layers": ("time_to_accuracy", ptb_adacomp_layers_table)}
+#: (module, constant, what it sets): the constants the design notes name, read from the code
+CONSTANTS = [
+    ("hvd_compress.compressor", "Compressor(min_numel=...)", "default: gradients with fewer elements go dense"),
+    ("hvd_compress.communication.framing", "HEADER_BYTES", "bytes of each payload's header (length and tag)"),
+    ("hvd_compress.communication.fusion", "BUCKET_BYTES", "dense gradient bytes per bucket of alltoalls"),
+    ("hvd_compress.communication.probe", "SMALL", "elements of the smaller gradient the CPU probe encodes"),
+    ("hvd_compress.communication.probe", "LARGE", "elements of the larger one"),
+    ("hvd_compress.communication.probe", "BULK_BYTES", "bytes of the link probe's bulk allreduce"),
+    ("hvd_compress.communication.probe", "REPEATS", "timed repeats of each probe (median kept)"),
+    ("hvd_compress.communication.planner", "MARGIN", "how much faster than dense a plan must be predicted "
+     "to be tried, and measured to be kept"),
+    ("hvd_compress.communication.planner", "MIN_BLOCK", "fewest steps a candidate plan runs in its trial"),
+    ("hvd_compress.communication.planner", "BLOCK_S", "seconds a trial block runs at least (slowest rank)"),
+    ("hvd_compress.communication.planner", "MAX_BLOCK", "most steps of a trial block"),
+    ("hvd_compress.communication.planner", "RECHECK", "steps between drift checks of the final plan"),
+    ("hvd_compress.communication.planner", "WINDOW", "steps whose median a drift check compares"),
+    ("hvd_compress.communication.planner", "DRIFT", "relative drift that runs the trials again"),
+    ("hvd_compress.communication.cost", "DEFAULT_GBIT", "link rate (Gbit/s) planned for when none is "
+     "measured nor told"),
+    ("hvd_compress.kernels.threads", "PARALLEL_MIN", "elements from which a CPU kernel may take its "
+     "parallel build"),
+]
+
+
+def constants_table() -> str:
+    """The constants the design notes name, as the code has them."""
+    import importlib
+    import inspect
+
+    lines = ["| constant | value | what it sets |", "|---|---|---|"]
+    for module, name, what in CONSTANTS:
+        owner = importlib.import_module(module)
+        if name.endswith("=...)"):
+            cls, argument = name[:-5].split("(")
+            value = inspect.signature(getattr(owner, cls).__init__).parameters[argument].default
+        else:
+            value = getattr(owner, name)
+        if isinstance(value, int) and name.endswith("BYTES") and value >= 1 << 20 and not value % (1 << 20):
+            shown = f"{value:,} ({value >> 20} MiB)"
+        elif isinstance(value, int) and value > 1024 and not value & (value - 1):
+            shown = f"{value:,} (2^{value.bit_length() - 1})"
+        else:
+            shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+        lines.append(f"| `{module.split('.')[-1]}.{name}` | {shown} | {what} |")
+    lines += ["", "Read from the code by bench/report.py."]
+    return "\n".join(lines)
+
+
+def _ptb_limit(method: str) -> float:
+    """Issue 14's quality target on PTB: final perplexity at most this much above `none`'s."""
+    return 0.05 if method == "topk:ratio=0.001" else 0.03
+
+
+def _accuracy(convergence: dict, tta: dict) -> dict[str, dict]:
+    """Per hvd_compress compressor at its defaults: MNIST test accuracy minus `none`'s (points,
+    by world size), PTB perplexity over `none`'s minus 1 (100 Mbit/s, by world size), the
+    optimizer it ran with, and what fell outside the targets (``misses``)."""
+    from time_to_accuracy import summary
+
+    runs = longest_run(convergence)
+    final = {(c["np"], c["method"]): c["test_accuracy"][-1][1] for c in runs}
+    ptb = [c for c in _time_to_accuracy_runs(tta) if c["workload"] == "ptb" and c["rate_mbit"] == 100]
+    out: dict[str, dict] = {}
+    for c in runs:
+        method = c["method"]
+        if not _ours(method) or "error_feedback=false" in method or method in out:
+            continue
+        mnist = {p: final[p, method] - final[p, "none"] for p in sorted({q for q, _ in final})
+                 if (p, method) in final and (p, "none") in final}
+        perplexity = {}
+        for p in sorted({r["np"] for r in ptb}):
+            here = [r for r in ptb if r["np"] == p]
+            mine, dense = summary(method, here), summary("none", here)
+            if mine and dense:
+                perplexity[p] = mine["final"] / dense["final"] - 1
+        misses = [f"MNIST np={p}" for p, d in mnist.items() if d < -0.5]
+        misses += [f"PTB np={p}" for p, g in perplexity.items() if g > _ptb_limit(method)]
+        optimizer = c.get("optimizer", "example's")
+        out[method] = {"mnist": mnist, "ptb": perplexity, "misses": misses,
+                       "optimizer": "SGD, momentum 0.9" if optimizer == "example's" else f"`{optimizer}`"}
+    return out
+
+
+def accuracy_table(convergence: dict, tta: dict) -> str:
+    """Each compressor's accuracy caveats, from the convergence runs (LeNet-5, MNIST) and the
+    time-to-accuracy runs (LSTM, PTB, 100 Mbit/s)."""
+    found = _accuracy(convergence, tta)
+    mnist_sizes = sorted({p for a in found.values() for p in a["mnist"]})
+    ptb_sizes = sorted({p for a in found.values() for p in a["ptb"]})
+    lines = ["| method | MNIST test accuracy vs `none`, points, " + " / ".join(f"np={p}" for p in mnist_sizes)
+             + " | PTB perplexity vs `none`, " + " / ".join(f"np={p}" for p in ptb_sizes)
+             + " | optimizer in these runs | kept accuracy |", "|---" * 5 + "|"]
+    for method, a in found.items():
+        mnist = " / ".join(f"{a['mnist'][p]:+.2f}" if p in a["mnist"] else "-" for p in mnist_sizes)
+        ptb = " / ".join(f"{100 * a['ptb'][p]:+.1f}%" if p in a["ptb"] else "-" for p in ptb_sizes)
+        kept = "yes" if not a["misses"] else "**no**: " + ", ".join(a["misses"])
+        lines.append(f"| `{method}` | {mnist} | {ptb} | {a['optimizer']} | {kept} |")
+    lines += ["", "Kept accuracy: final MNIST test accuracy at most 0.5 points below uncompressed "
+              "Horovod's and final PTB validation perplexity at most 3% above it (5% for "
+              "`topk:ratio=0.001`), at every world size measured (\"-\": not measured). One seed "
+              "on MNIST; on PTB the median of three where three ran. Details: "
+              "[docs/benchmarks.md](docs/benchmarks.md#convergence)."]
+    return "\n".join(lines)
+
+
+def _model_sizes() -> dict[str, str]:
+    """Each benched model's parameter count, from examples/models.py."""
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import models
+
+    counts = {name: sum(p.numel() for p in build().parameters()) for name, build in models.MODELS.items()}
+    return {name: f"{n / 1e3:.0f}K" if n < 1e6 else f"{n / 1e6:.0f}M" for name, n in counts.items()}
+
+
+def choice_table(throughput: dict, auto: dict, convergence: dict, tta: dict) -> str:
+    """Per model and link: the fastest compressors that kept accuracy, against uncompressed
+    Horovod in the same cell (throughput sweep, np=2), and what the three first compressors
+    did at their defaults (``auto`` measuring and trying, defaults sweep)."""
+    kept = {m for m, a in _accuracy(convergence, tta).items() if not a["misses"]}
+    cells = _throughput_cells(throughput)
+    defaults = {k: c for k, c in _throughput_cells(auto).items() if c.get("plan") is not None}
+    keys = sorted({k[:3] for k in cells if k[1] == 2} | {k[:3] for k in defaults if k[1] == 2},
+                  key=lambda k: (by_rate(k[2]), k[0]))
+    first = ["topk:ratio=0.01", "onebit", "adacomp"]
+    lines = ["| link | model | fastest three that kept accuracy, samples/s vs `none` | "
+             "defaults (`auto`): " + " / ".join(f"`{m}`" for m in first) + " vs `none` |", "|---" * 4 + "|"]
+    for model, p, rate in keys:
+        dense = cells.get((model, p, rate, "none"))
+        ranked = sorted(((c["samples_per_s"] / dense["samples_per_s"], m) for (mo, q, r, m), c in cells.items()
+                         if (mo, q, r) == (model, p, rate) and m in kept) if dense else [], reverse=True)
+        fastest = ", ".join(f"`{m}` {x:.1f}x" for x, m in ranked[:3]) or "not measured"
+        base = defaults.get((model, p, rate, "none"))
+        chosen = []
+        for m in first:
+            c = defaults.get((model, p, rate, m))
+            chosen.append("-" if c is None or base is None else f"{c['samples_per_s'] / base['samples_per_s']:.2f}x "
+                          f"({'dense' if c['plan'].get('chosen') == 0 else 'compressed'})")
+        lines.append(f"| {rate_label(rate)} | {model} | {fastest} | {' / '.join(chosen)} |")
+    size = _model_sizes()
+    batch = next(iter(cells.values()))["batch_size"]
+    lines += ["", f"np=2 on the simulated cluster (one core per worker, batch {batch} per worker): ResNet-18 "
+              f"({size['resnet18']} parameters, compute-heavy), WideMLP ({size['widemlp']}, little compute "
+              f"for its gradient), a small transformer ({size['transformer']}) and LeNet-5 "
+              f"({size['lenet5']}). The fastest three come from the throughput sweep, the defaults from the later "
+              "defaults sweep (in brackets the plan `auto` made final; dense: as Horovod alone); each "
+              "ratio is against `none` in its own sweep."]
+    return "\n".join(lines)
+
+
+def _table_marks(text: str) -> dict[str, list[int]]:
+    """For each column header of the markdown tables in ``text``: [met, not met] over its cells."""
+    counts: dict[str, list[int]] = {}
+    header = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+            continue
+        if set("".join(cells)) <= set("-"):
+            continue
+        for title, cell in zip(header, cells):
+            bad = cell.count("**not met**")
+            good = len(re.findall(r"\bmet\b", cell)) - bad
+            if good or bad:
+                tally = counts.setdefault(title, [0, 0])
+                tally[0] += good
+                tally[1] += bad
+    return counts
+
+
+def _verdict(met: int, missed: int) -> str:
+    total = met + missed
+    return f"met ({total} of {total})" if not missed else f"**not met** ({met} of {total} met)"
+
+
+# (table, what its target columns check, which results files); "*" sums all its columns
+SUMMARY = [
+    ("throughput_targets", "ResNet-18, np=2, each compressor", ("throughput",)),
+    ("auto_targets", "every compressor at its defaults >= 0.97x `none`, every cell", ("auto",)),
+    ("convergence", "LeNet-5, MNIST", ("convergence",)),
+    ("ptb_convergence", "LSTM on PTB, 100 Mbit/s, compressors with error feedback", ("time_to_accuracy",)),
+    ("time_to_accuracy_targets", "time to target, each compressor", ("time_to_accuracy",)),
+    ("breakdown", "compressed path's time (issue 12's step targets)", ("breakdown",)),
+    ("scale_targets", "np=8 on the simulated cluster", ("wire_bytes",)),
+    ("powersgd_rank", "our PowerSGD against DDP's hook, rank 1", ("throughput",)),
+    ("memory", "peak memory per method", ("memory",)),
+]
+WHOLE = {"auto_targets"}
+
+
+def summary_table(*results: dict) -> str:
+    """The targets of the generated tables, met or not: each target column's cells counted."""
+    loaded = dict(zip(_SUMMARY_FILES, results))
+    lines = ["| target | checked | verdict | table |", "|---|---|---|---|"]
+    for name, what, files in SUMMARY:
+        table = TABLES[name].render(*(loaded[f] for f in files))
+        marks = _table_marks(table)
+        if name in WHOLE:
+            marks = {"": [sum(m[0] for m in marks.values()), sum(m[1] for m in marks.values())]}
+        for column, (met, missed) in marks.items():
+            title = what if not column else f"{what}: {column}"
+            lines.append(f"| {title} | {', '.join(f'`{f}.json`' for f in files)} | {_verdict(met, missed)} | "
+                         f"[{name}](docs/benchmarks.md#{name}) |")
+    ratios = [r for r in loaded["cost_model"]["check"] if r["measured"] > 0]
+    near = sum(abs(r["predicted"] / r["measured"] - 1) <= (0.10 if r["kind"] == "bytes" else 0.25) for r in ratios)
+    lines.append(f"| cost model: predicted bytes within 10%, communication time within 25% of measured | "
+                 f"`cost_model.json` | {_verdict(near, len(ratios) - near)} | "
+                 "[cost_model](docs/benchmarks.md#cost_model) |")
+    lines += ["", "Each verdict counts the cells of that target in the table it links to (a cell "
+              "per compressor, world size, link or model). Generated by bench/report.py."]
+    return "\n".join(lines)
+
+
+# --- clusters of multi-worker nodes (bench/nodes.py) -------------------------------------------
+_NODE_ROUTES = ("allgather", "twophase", "hierarchical", "hierarchical_compressed")
+
+
+def _node_cells(result: dict) -> dict:
+    """(model, layout, rate, method, route) -> the medians of that cell's repeats; route is
+    "auto" for a method left to choose, "" for Horovod's own and PowerSGD."""
+    groups: dict = {}
+    for cell in result["cells"].values():
+        method, _, way = cell["method"].partition(",communication=")
+        if ":communication=" in method:
+            method, way = method.split(":communication=")
+        elif _ours(method) and not method.startswith("powersgd"):
+            way = way or "auto"
+        key = (cell["model"], f"{cell['nodes']}x{cell['per_node']}", cell["rate_mbit"], method, way)
+        groups.setdefault(key, []).append(cell)
+    return {key: {"samples_per_s": statistics.median(c["samples_per_s"] for c in cells),
+                  "uplink": statistics.median(c["tx_bytes_per_step"] for c in cells),
+                  "repeats": len(cells), "plan": cells[0].get("plan", {})}
+            for key, cells in groups.items()}
+
+
+def _node_rows(cells: dict) -> list[tuple]:
+    return sorted({key[:3] for key in cells}, key=lambda k: (k[1], by_rate(k[2]), k[0]))
+
+
+def nodes_table(result: dict) -> str:
+    """Samples/s and uplink megabytes per node and step, per method (rows) and route (columns)."""
+    cells = _node_cells(result)
+    routes = (*_NODE_ROUTES, "auto", "")
+    lines = ["| model | nodes x workers | uplink | method | " + " | ".join(
+        f"`{way}`" if way else "its one route" for way in routes) + " |", "|---" * (4 + len(routes)) + "|"]
+    for row in _node_rows(cells):
+        for method in dict.fromkeys(k[3] for k in cells if k[:3] == row):
+            entries = []
+            for way in routes:
+                cell = cells.get((*row, method, way))
+                entries.append("" if cell is None else
+                               f"{cell['samples_per_s']:.1f} / {cell['uplink'] / 1e6:.2f}")
+            lines.append(f"| {row[0]} | {row[1]} | {rate_label(row[2])} | `{method}` | " + " | ".join(entries) + " |")
+    repeats = sorted({c["repeats"] for c in cells.values()})
+    lines += ["", "Each entry: samples/s (all workers) / megabytes through each node's uplink per step "
+              "(its interface counter, sent), medians of " + "-".join(map(str, repeats[::max(1, len(repeats) - 1)]))
+              + " runs. `auto`: `communication=\"auto\"`, measured and tried on the cluster; its one route: "
+              "Horovod's allreduce (`none`, `fp16`) or PowerSGD's."]
+    return "\n".join(lines)
+
+
+def nodes_targets_table(result: dict) -> str:
+    """Issue 26's targets per cell: the hierarchical routes' uplink bytes against one payload per
+    remote node, their speed against the best flat route's, and auto's against the best route's."""
+    cells = _node_cells(result)
+    lines = ["| model | nodes x workers | uplink | method | best hierarchical / best flat, samples/s "
+             "(>= 2x at 2x4, 100 Mbit/s) | uplink bytes / (flat allgather's / (p-1)) x 2(N-1)/N (<= 1.3) "
+             "| auto / best route (>= 0.97x) | auto chose |", "|---" * 8 + "|"]
+    for model, layout, rate in _node_rows(cells):
+        nodes, per_node = (int(v) for v in layout.split("x"))
+        for method in dict.fromkeys(k[3] for k in cells if k[:3] == (model, layout, rate) and k[4]):
+            get = lambda way: cells.get((model, layout, rate, method, way))  # noqa: E731
+            flat = [c for c in (get("allgather"), get("twophase")) if c]
+            node = [c for c in (get("hierarchical"), get("hierarchical_compressed")) if c]
+            auto = get("auto")
+            if not flat or not node:
+                continue
+            best_flat = max(c["samples_per_s"] for c in flat)
+            best_node = max(node, key=lambda c: c["samples_per_s"])
+            speed = best_node["samples_per_s"] / best_flat
+            target = _mark(speed, 2.0) if (per_node, rate) == (4, 100) else f"{speed:.3g}x"
+            payload = get("allgather")["uplink"] / (nodes * per_node - 1) if get("allgather") else None
+            bytes_ratio = (f"{best_node['uplink'] / (payload * 2 * (nodes - 1) / nodes):.3g}"
+                           if payload else "")
+            best = max(best_flat, best_node["samples_per_s"])
+            chosen = ""
+            if auto:
+                plan = auto["plan"]
+                routes = (plan.get("candidates") or [{}])[plan.get("chosen", 0)].get("routes", {})
+                chosen = ", ".join(f"{way} {count}" for way, count in sorted(routes.items()))
+            lines.append(f"| {model} | {layout} | {rate_label(rate)} | `{method}` | {target} | {bytes_ratio} | "
+                         + (_mark(auto["samples_per_s"] / best, 0.97) if auto else "") + f" | {chosen} |")
+    lines += ["", "Best hierarchical: the faster of `hierarchical` (dense inside the node) and "
+              "`hierarchical_compressed`; best flat: the faster of `allgather` and `twophase`. One "
+              "node's single compressed payload is measured, not modelled: the flat allgather's uplink "
+              "bytes over p-1 (a ring allgather's node-crossing edge carries p-1 payloads). auto chose: "
+              "tensors per route in the plan `auto` made final."]
+    return "\n".join(lines)
+
+
+# --- our methods as torch DDP hooks (hvd_compress.ddp) beside DDP's own -------------------------
+def _ddp_cells(result: dict) -> dict:
+    return {(c["model"], c["np"], c["rate_mbit"], c["method"]): c for c in result["cells"].values()}
+
+
+def ddp_table(result: dict) -> str:
+    """Samples/s of DDP's own hooks and of ours, per model, world size and link."""
+    cells = _ddp_cells(result)
+    methods = sorted({k[3] for k in cells}, key=lambda m: (not ddp_own(m), m))
+    rows = sorted({k[:3] for k in cells}, key=lambda k: (k[0], k[1], by_rate(k[2])))
+    lines = ["| model | np | link | " + " | ".join(f"`{m}`" for m in methods) + " |",
+             "|---" * (3 + len(methods)) + "|"]
+    for row in rows:
+        lines.append(f"| {row[0]} | {row[1]} | {rate_label(row[2])} | " + " | ".join(
+            f"{cells[(*row, m)]['samples_per_s']:.1f}" if (*row, m) in cells else "" for m in methods) + " |")
+    lines += ["", "Samples/s, all workers, on the simulated cluster (bench/ddp_worker.py under "
+              "bench/netsim.py). `ddp:allreduce`, `ddp:fp16`, `ddp:powersgd:R`: DDP's own (no hook, "
+              "fp16_compress_hook, powerSGD_hook at rank R); the others: hvd_compress.ddp hooks."]
+    return "\n".join(lines)
+
+
+def ddp_targets_table(result: dict) -> str:
+    """Issue 27's targets per cell: our fastest DDP hook against DDP's PowerSGD (the faster of
+    ranks 1 and 4) everywhere, and against ddp:fp16 at 1 Gbit/s or slower."""
+    cells = _ddp_cells(result)
+    lines = ["| model | np | link | our fastest hook | vs DDP's PowerSGD (>= 1x) | vs `ddp:fp16` (>= 1x at <= 1 Gbit/s) |",
+             "|---" * 6 + "|"]
+    for row in sorted({k[:3] for k in cells}, key=lambda k: (k[0], k[1], by_rate(k[2]))):
+        ours = [(c["samples_per_s"], m) for (*r, m), c in cells.items() if tuple(r) == row and not ddp_own(m)]
+        powersgd = [cells[(*row, m)]["samples_per_s"] for m in ("ddp:powersgd:1", "ddp:powersgd:4") if (*row, m) in cells]
+        fp16 = cells.get((*row, "ddp:fp16"))
+        if not ours or not powersgd:
+            continue
+        best, method = max(ours)
+        slow = row[2] is not None and row[2] <= 1000
+        lines.append(f"| {row[0]} | {row[1]} | {rate_label(row[2])} | `{method}` | {_mark(best / max(powersgd), 1.0)} | "
+                     + ((_mark(best / fp16["samples_per_s"], 1.0) if slow else f"{best / fp16['samples_per_s']:.3g}x")
+                        if fp16 else "") + " |")
+    return "\n".join(lines)
+
+
+_SUMMARY_FILES = tuple(dict.fromkeys([f for _, _, files in SUMMARY for f in files] + ["cost_model"]))
+
+
+# --- which code each results file measures, and which results are knowingly older ----------
+_PACKAGE = "hvd_compress/"
+_NETSIM = ("bench/netsim.py", "bench/throughput.py", "examples/pytorch_synthetic_benchmark.py",
+           "examples/models.py")
+#: results file -> the paths of the code it measures: a later commit to any of them makes the
+#: results older than the code (tests/test_docs.py). The end-to-end benches measure the whole
+#: package through their bench and worker scripts; the kernel bench the compress step alone.
+MEASURES: dict[str, tuple[str, ...]] = {
+    "kernels": ("bench/kernels.py", "hvd_compress/kernels/", "hvd_compress/methods/",
+                "hvd_compress/memory.py", "hvd_compress/compressor.py"),
+    "throughput": (_PACKAGE, *_NETSIM),
+    "auto": (_PACKAGE, *_NETSIM),
+    "breakdown": (_PACKAGE, "bench/breakdown.py", *_NETSIM),
+    "wire_bytes": (_PACKAGE, "bench/wire_bytes.py", *_NETSIM),
+    "small_tensors": (_PACKAGE, "bench/small_tensors.py", *_NETSIM),
+    "convergence": (_PACKAGE, "bench/convergence.py", "examples/pytorch_mnist.py", "examples/training.py",
+                    "examples/models.py"),
+    "time_to_accuracy": (_PACKAGE, "bench/time_to_accuracy.py", "bench/netsim.py", "bench/ddp_train.py",
+                         "examples/pytorch_mnist.py", "examples/pytorch_ptb_lm.py", "examples/training.py",
+                         "examples/models.py"),
+    "memory": (_PACKAGE, "bench/memory.py", "bench/memory_worker.py"),
+    "nodes": (_PACKAGE, "bench/nodes.py", *_NETSIM),
+    "ddp": (_PACKAGE, "bench/ddp_worker.py", *_NETSIM),
+    "cost_model": ("bench/cost_model.py", "bench/cpu_probe.py", "hvd_compress/communication/cost.py",
+                   "hvd_compress/communication/route.py", "hvd_compress/methods/"),
+}
+_PLANNED = ("before `auto` measured the link and tried its plans (these runs planned from the cost "
+            "model for a 1 Gbit/s link, the default then)")
+#: results files knowingly older than the code they measure: what changed since, in their label
+OLDER: dict[str, str] = {
+    "throughput": f"measured {_PLANNED}, before state keyed by parameter name and the registry",
+    "breakdown": f"measured {_PLANNED}, before state keyed by parameter name and the registry",
+    "convergence": f"measured {_PLANNED} and before the one-pass kernels (which send the same bytes)",
+    "time_to_accuracy": f"measured {_PLANNED}; some runs are older still (docs/benchmarks.md says which)",
+    "wire_bytes": f"measured {_PLANNED} and before the one-pass kernels; its forced-allgather and "
+                  "Horovod rows come from an earlier sweep still",
+    "small_tensors": "measured before the one-pass kernels, the bucketed two-phase alltoalls and `auto`'s "
+                     "counting of the compressed path's CPU",
+    "memory": "measured before later changes to the kernels (the quantizers' CPU kernels rewritten) "
+              "and to `auto`'s trials",
+    "auto": "not re-run after two later mends, of the hook (a tensor going dense joins Horovod's own "
+            "path) and of the planner (the drift check's first baseline)",
+}
+
+
+def _git(*args: str) -> str | None:
+    try:
+        run = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return run.stdout.strip() if run.returncode == 0 else None
+
+
+def results_path(name: str) -> str:
+    return f"bench/results/{name}.json"
+
+
+@functools.cache
+def results_commit(name: str) -> str | None:
+    """The commit that last changed ``name``'s results file; None while it has uncommitted
+    changes (or without git history)."""
+    path = results_path(name)
+    if _git("status", "--porcelain", "--", path):
+        return None
+    return _git("log", "-1", "--format=%H", "--", path) or None
+
+
+@functools.cache
+def measured_on(name: str) -> tuple[str, str] | None:
+    """(short hash, date) of the commit ``name``'s results were added on top of: the first
+    parent of the commit that last changed the file, or HEAD while it has uncommitted changes.
+    Both stay the same when the results and the docs rendered from them are committed together."""
+    commit = results_commit(name)
+    base = f"{commit}^" if commit and _git("rev-parse", "--verify", "--quiet", f"{commit}^") else commit or "HEAD"
+    found = _git("log", "-1", "--format=%h %cs", base)
+    return tuple(found.split()) if found else None
+
+
+@functools.cache
+def newer_code(name: str) -> list[str]:
+    """The commits after ``name``'s results commit that changed the code it measures
+    (``MEASURES``), newest first ("HASH subject"); empty for uncommitted results."""
+    commit = results_commit(name)
+    if commit is None:
+        return []
+    found = _git("log", "--format=%h %s", f"{commit}..HEAD", "--", *MEASURES[name])
+    return found.splitlines() if found else []
+
+
+def label(names: tuple[str, ...]) -> str:
+    """Which results a table comes from, the commit they were measured on, and whether they are
+    knowingly older than the code they measure (``OLDER``): in full for a table of one results
+    file, in short for a table of several (docs/benchmarks.md's results index has the rest)."""
+    parts = []
+    for name in names:
+        where = measured_on(name)
+        on = f"commit `{where[0]}` ({where[1]})" if where else "an unknown commit (no git history)"
+        if len(names) == 1:
+            part = f"`{results_path(name)}`, added on top of {on}"
+            part += f": from an earlier sweep, {OLDER[name]}" if name in OLDER else ""
+        else:
+            part = f"`{name}.json` on top of {on}" + (", an earlier sweep" if name in OLDER else "")
+        parts.append(part)
+    more = "" if len(names) == 1 else " (what changed since an earlier sweep: docs/benchmarks.md, Results)"
+    return "Results: " + "; ".join(parts) + more + "."
+
+
+#: how each results file is written
+WRITTEN_BY = {
+    "kernels": ".venv/bin/python bench/kernels.py",
+    "throughput": "sudo .venv/bin/python bench/throughput.py",
+    "auto": "sudo .venv/bin/python bench/throughput.py --results auto --methods none topk:ratio=0.01 "
+            "onebit adacomp --workers 2",
+    "breakdown": "sudo .venv/bin/python bench/breakdown.py",
+    "wire_bytes": "sudo .venv/bin/python bench/wire_bytes.py",
+    "small_tensors": "sudo .venv/bin/python bench/small_tensors.py",
+    "convergence": ".venv/bin/python bench/convergence.py",
+    "time_to_accuracy": "sudo .venv/bin/python bench/time_to_accuracy.py --repeats 3",
+    "memory": ".venv/bin/python bench/memory.py",
+    "nodes": "sudo .venv/bin/python bench/nodes.py",
+    "ddp": "sudo .venv/bin/python bench/throughput.py --results ddp --workers 2 --models resnet18 widemlp "
+           "--methods ddp:allreduce ddp:fp16 ddp:powersgd:1 ddp:powersgd:4 ddp:topk:ratio=0.01 ddp:onebit "
+           "ddp:adacomp ddp:powersgd:rank=1",
+    "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
+                  ".venv/bin/python bench/cost_model.py",
+}
+
+
+def results_table(*results: dict) -> str:
+    """Every results file the tables read: what writes it, how many cells it holds, the commit
+    it was measured on, the code it measures and whether it is older than that code."""
+    lines = ["| results | written by | cells | added on top of | the code it measures | older than that code |",
+             "|---" * 6 + "|"]
+    for name, result in zip(MEASURES, results):
+        cells = len(result.get("cells") or result.get("sizes") or result.get("check") or ())
+        where = measured_on(name)
+        lines.append(f"| `{results_path(name)}` | `{WRITTEN_BY[name]}` | {cells} | "
+                     + (f"`{where[0]}` ({where[1]})" if where else "unknown") + " | "
+                     + ", ".join(f"`{path}`" for path in MEASURES[name]) + " | "
+                     + (f"yes: {OLDER[name]}" if name in OLDER else "no") + " |")
+    lines += ["", "Cells: the configurations on record (a cell per model, world size, link and method; "
+              "for kernels, per array size; for the cost model, per checked prediction). A results file "
+              "is older than the code it measures when a commit after the one that added it changed one "
+              "of those paths; tests/test_docs.py fails unless such a file is listed as older here "
+              "(`OLDER` in bench/report.py), and when a listed one is not."]
+    return "\n".join(lines)
+
+
+@dataclass
+class Table:
+    #: the results files (bench/results/NAME.json) it reads, passed to ``render`` in this order
+    results: tuple[str, ...]
+    render: Callable[..., str]
+    #: whether it ends with ``label``: every table from results but the results index, which
+    #: lists the same per row
+    labelled: bool = True
+
+
+# marker -> the table between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``
+TABLES: dict[str, Table] = {
+    "kernels": Table(("kernels",), kernels_table),
+    "wire_bytes": Table(("wire_bytes",), wire_bytes_table),
+    "scale_targets": Table(("wire_bytes",), scale_targets_table),
+    "cost_model": Table(("cost_model",), cost_model_table),
+    "small_tensors": Table(("small_tensors",), small_tensors_table),
+    "throughput": Table(("throughput",), throughput_table),
+    "throughput_targets": Table(("throughput",), throughput_targets_table),
+    "powersgd": Table(("throughput",), powersgd_table),
+    "powersgd_rank": Table(("throughput",), powersgd_rank_table),
+    "convergence": Table(("convergence",), convergence_table),
+    "compression": Table(("convergence",), compression_table),
+    "adacomp_layers": Table(("convergence",), adacomp_layers_table),
+    "time_to_accuracy": Table(("time_to_accuracy",), time_to_accuracy_table),
+    "time_to_accuracy_targets": Table(("time_to_accuracy",), time_to_accuracy_targets_table),
+    "ptb_convergence": Table(("time_to_accuracy",), ptb_convergence_table),
+    "ptb_adacomp_layers": Table(("time_to_accuracy",), ptb_adacomp_layers_table),
+    "breakdown": Table(("breakdown",), breakdown_table),
+    "memory": Table(("memory",), memory_table),
+    "methods": Table((), lambda: methods_table({})),
+    "constants": Table((), constants_table),
+    "auto_targets": Table(("auto",), auto_targets_table),
+    "nodes": Table(("nodes",), nodes_table),
+    "ddp": Table(("ddp",), ddp_table),
+    "ddp_targets": Table(("ddp",), ddp_targets_table),
+    "nodes_targets": Table(("nodes",), nodes_targets_table),
+    "planning": Table(("auto",), planning_table),
+    "choice": Table(("throughput", "auto", "convergence", "time_to_accuracy"), choice_table),
+    "accuracy": Table(("convergence", "time_to_accuracy"), accuracy_table),
+    "summary": Table(_SUMMARY_FILES, summary_table),
+    "results": Table(tuple(MEASURES), results_table, labelled=False),
+}
+
+TABLES.update({f"defaults_{name}": Table((), functools.partial(defaults_line, name))
+               for name in hvd_compress.METHODS})
+
+MARKER = re.compile(r"<!-- bench:(\w+) -->")
+
+
+def documents() -> list[str]:
+    """README.md and every docs/*.md: the files that may hold tables."""
+    return [README, *sorted(glob.glob(os.path.join(DOCS, "*.md")))]
+
+
+def generated(name: str) -> str | None:
+    """The text between ``name``'s markers as the results on disk give it, with its label; None
+    when one of its results files is missing."""
+    table = TABLES[name]
+    results = [load(r) for r in table.results]
+    if any(r is None for r in results):
+        return None
+    text = table.render(*results)
+    return text + ("\n\n" + label(table.results) if table.results and table.labelled else "")
 
 
 def render(text: str) -> str:
-    """``text`` with every table between its markers regenerated from the results on disk."""
-    for name, (results, table) in TABLES.items():
-        result = load(results) if results else {}  # None: not from results (the registry)
-        if result is None:
+    """``text`` with every table between its markers regenerated from the results on disk; a
+    table whose results are missing is left as it is."""
+    for name in dict.fromkeys(MARKER.findall(text)):
+        if name not in TABLES:
+            raise KeyError(f"<!-- bench:{name} --> names no table of bench/report.py's TABLES")
+        body = generated(name)
+        if body is None:
             continue
         pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)
-        text = pattern.sub(lambda m: m.group(1) + table(result) + "\n" + m.group(2), text)
+        text = pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
     return text
 
 
 def main() -> None:
-    with open(README) as f:
-        text = f.read()
-    with open(README, "w") as f:
-        f.write(render(text))
+    for path in documents():
+        with open(path) as f:
+            text = f.read()
+        rendered = render(text)
+        if rendered != text:
+            with open(path, "w") as f:
+                f.write(rendered)
+
 
 if __name__ == "__main__":
     main()

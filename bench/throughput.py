@@ -7,7 +7,8 @@ model, world size and link rate, with torch DDP's own communication hooks side b
 Writes bench/results/throughput.json (cached per cell: an interrupted sweep re-run skips the
 finished cells; --fresh starts over) and bench/results/throughput.png, bytes_per_step.png.
 A method is an hvd_compress spec (Horovod's own `none` and `fp16` included) or `ddp:HOOK`, a
-hook of bench/ddp_worker.py.
+hook of bench/ddp_worker.py: one of DDP's own, or an hvd_compress spec as a DDP hook
+(`ddp:topk:ratio=0.01`, DDP_METHODS).
 
 Why a small batch: every worker computes on one core of this 2-core machine, about 100 times
 slower than the GPU a real worker has; with a per-worker batch of 8 the compute:communication
@@ -29,7 +30,11 @@ from netsim import WORKER_IFACE, Cluster, exit_unless_available  # noqa: E402
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_synthetic_benchmark.py")
 METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp", "powersgd:rank=1",
            "ddp:fp16", "ddp:powersgd:1", "ddp:powersgd:4"]
-MODELS = ["lenet5", "resnet18", "widemlp", "transformer"]
+#: hvd_compress's methods as DDP hooks (hvd_compress.ddp), for the DDP cells beside DDP's own
+#: (``--methods``); not in METHODS while bench/report.py counts every ``ddp:`` cell as one of
+#: DDP's own hooks (common.ddp_own tells them apart)
+DDP_METHODS = ["ddp:topk:ratio=0.01", "ddp:onebit", "ddp:adacomp", "ddp:powersgd:rank=1"]
+MODELS = ["lenet5", "resnet18", "widemlp", "transformer", "lstm"]
 RATES = [100, 1000, None]  # Mbit/s; None: unthrottled
 #: timed steps per cell at the least, by model: LeNet-5's steps take milliseconds, and the
 #: median of a handful of them moves with every scheduling hiccup of the shared cores
@@ -47,11 +52,12 @@ def command(method: str, model: str, batch_size: int, steps: int, warmup: int) -
 
 
 def measure(workers: int, method: str, model: str, rate_mbit: float | None, steps: int,
-            batch_size: int = 32, warmup: int = 2) -> dict:
-    """Runs one cell on a fresh cluster: samples/s, per-worker bytes per step (mean over
-    workers of each interface's counters), the median step and the compressed path's
-    milliseconds per step by phase (means over workers)."""
-    with Cluster(workers, rate_mbit) as cluster:
+            batch_size: int = 32, warmup: int = 2, per_node: int = 1) -> dict:
+    """Runs one cell on a fresh cluster (nodes of ``per_node`` workers): samples/s, bytes per
+    step through each node's uplink (mean over workers of their node's interface counters),
+    the median step and the compressed path's milliseconds per step by phase (means over
+    workers)."""
+    with Cluster(workers, rate_mbit, per_node) as cluster:
         outputs = cluster.run(command(method, model, batch_size, steps, warmup), timeout=900)
     ranks = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
     return {"tx_bytes_per_step": statistics.mean(r["tx_bytes_per_step"] for r in ranks),

@@ -25,9 +25,8 @@ The rest of the catalogue (bench/bench_catalogue.py's list, MNIST with the optim
 catalogue gives it) runs in the cell the headline target is about, np=4 at 100 Mbit/s.
 
 Repeats: ``--repeats N`` trains each run with seeds 42 .. 42 + N - 1 (the model's initial
-weights, dropout and, on MNIST, the data order change with it). The default sweep is one seed:
-86 runs, about two hours here (summed wall-clock of the recorded runs); three seeds of the PTB
-cells at 100 Mbit/s take about 90 minutes more. A method's result in a cell is the median over
+weights, dropout and, on MNIST, the data order change with it). The default sweep is one seed
+per cell (how many cells are on record: docs/benchmarks.md, Results); a few hours here. A method's result in a cell is the median over
 its seeds: of the seconds to target (a run that never reached it counts as infinitely late) and
 of the final quality; PTB's target is 5% above the median of what uncompressed Horovod's seeds
 end with.

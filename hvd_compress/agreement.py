@@ -19,13 +19,17 @@ their optimizers in.
 Cost: one 32-byte allgather per optimizer and world. Optimizers with Horovod's own compressors
 are checked too (it is the only way a rank that passed ``Compression.none`` where the others
 pass TopK gets an error instead of a hang); that is all hvd_compress does for them.
+
+The description, its digest and the error that names a difference (``description``,
+``digest``, ``disagreement``) are the DDP hook's too (ddp.py), which gathers them over
+torch.distributed; Horovod is imported only by what gathers over it.
 """
 import hashlib
 import pickle
 import zlib
 from collections import Counter
+from typing import Iterable
 
-import horovod.torch as hvd
 import torch
 
 DIGEST_BYTES = 32
@@ -42,8 +46,41 @@ def optimizer_id(parameter_names: list[str]) -> str:
     return f"{digest}.{index}"
 
 
-def _allgather_objects(obj: object, name: str, process_set: hvd.ProcessSet) -> list:
+def description(compression: str, parameters: Iterable[tuple[str, torch.Tensor]]) -> dict:
+    """What every rank must agree on: the compression, and the name, shape and dtype of every
+    parameter reduced with it."""
+    return {"compression": compression,
+            "parameters": sorted((name, tuple(p.shape), str(p.dtype)) for name, p in parameters)}
+
+
+def digest(description: dict) -> torch.Tensor:
+    """The description's ``DIGEST_BYTES``-byte SHA-256, as a uint8 tensor to gather."""
+    return torch.frombuffer(bytearray(hashlib.sha256(repr(description).encode()).digest()),
+                            dtype=torch.uint8)
+
+
+def disagreement(everyone: list[dict]) -> ValueError:
+    """The error that names how the ranks' descriptions (in rank order) differ."""
+    first = everyone[0]
+    for rank, theirs in enumerate(everyone):
+        if theirs["compression"] != first["compression"]:
+            return ValueError(
+                f"hvd_compress: ranks disagree on compression=: rank 0 uses "
+                f"{first['compression']!r}, rank {rank} uses {theirs['compression']!r}; "
+                "every rank must pass the same one")
+        if theirs["parameters"] != first["parameters"]:
+            differing = sorted(set(theirs["parameters"]) ^ set(first["parameters"]))
+            return ValueError(
+                f"hvd_compress: ranks disagree on the model: rank 0 and rank {rank} differ in "
+                f"parameters (name, shape, dtype) {differing[:4]}; every rank must build the "
+                "same model and optimizers")
+    return ValueError("hvd_compress: ranks disagree on the optimizer's description")
+
+
+def _allgather_objects(obj: object, name: str, process_set) -> list:
     """Horovod 0.28.1's allgather_object, over a process set."""
+    import horovod.torch as hvd
+
     data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     sizes = hvd.allgather(torch.tensor([data.numel()]), name=f"{name}.sizes", process_set=process_set)
     gathered = hvd.allgather(data, name=f"{name}.data", process_set=process_set)
@@ -54,20 +91,24 @@ def _allgather_objects(obj: object, name: str, process_set: hvd.ProcessSet) -> l
 class Agreement:
     """One optimizer's check in one world: ``start()`` it, then ``verify()`` it."""
 
-    def __init__(self, name: str, description: dict, process_set: hvd.ProcessSet) -> None:
+    def __init__(self, name: str, description: dict, process_set) -> None:
+        """``process_set``: a horovod.torch.ProcessSet."""
         self.name, self.description, self.process_set = name, description, process_set
-        digest = hashlib.sha256(repr(description).encode()).digest()
-        self._mine = torch.frombuffer(bytearray(digest), dtype=torch.uint8)
+        self._mine = digest(description)
         self._handle = None
         self._verified = False
 
     def start(self) -> None:
+        import horovod.torch as hvd
+
         if self._handle is None:
             self._handle = hvd.allgather_async(self._mine, name=self.name, process_set=self.process_set)
 
     def verify(self) -> None:
         """Waits for every rank's digest; raises a ValueError naming the difference if any
         differs (on every rank, since every rank sees every digest)."""
+        import horovod.torch as hvd
+
         if self._verified:
             return
         self.start()
@@ -75,18 +116,4 @@ class Agreement:
         if bool((digests == self._mine).all()):
             self._verified = True
             return
-        everyone = _allgather_objects(self.description, f"{self.name}.details", self.process_set)
-        first = everyone[0]
-        for rank, theirs in enumerate(everyone):
-            if theirs["compression"] != first["compression"]:
-                raise ValueError(
-                    f"hvd_compress: ranks disagree on compression=: rank 0 uses "
-                    f"{first['compression']!r}, rank {rank} uses {theirs['compression']!r}; "
-                    "every rank must pass the same one")
-            if theirs["parameters"] != first["parameters"]:
-                differing = sorted(set(theirs["parameters"]) ^ set(first["parameters"]))
-                raise ValueError(
-                    f"hvd_compress: ranks disagree on the model: rank 0 and rank {rank} differ in "
-                    f"parameters (name, shape, dtype) {differing[:4]}; every rank must build the "
-                    "same model and optimizers")
-        raise ValueError("hvd_compress: ranks disagree on the optimizer's description")
+        raise disagreement(_allgather_objects(self.description, f"{self.name}.details", self.process_set))

@@ -16,7 +16,7 @@ A method declares, beside its codec: its ``name`` (for ``from_spec``), its optio
 among them), its payload size (``expected_bytes``, what routes are planned with), which of its
 state is the rank's own (``LOCAL_STATE``), and for the catalogue its ``PAPER``, ``PAYLOAD`` and
 ``EXAMPLES``. A method is one file in methods/ and its line in methods/__init__.py: the tests,
-the benches and the README's method table take the catalogue from there.
+the benches and the method table (docs/methods.md) take the catalogue from there.
 
 Around the contract, each in the module its name says: argument checking (options.py), the
 error-feedback residuals (memory.py), per-piece state and checkpoints (state.py), byte and time
@@ -38,7 +38,7 @@ COMPRESSIBLE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 class Compressor(Guarded):
     #: the name ``from_spec`` knows this method by
     name = "base"
-    #: the paper, and what crosses the wire (the README's method table is generated from them)
+    #: the paper, and what crosses the wire (docs/methods.md's method table is generated from them)
     PAPER = ""
     PAYLOAD = ""
     #: specs of the configurations the catalogue's tests run (tests/catalogue.py), defaults first

@@ -28,14 +28,15 @@ from horovod.torch import mpi_ops
 from horovod.torch import optimizer as hvd_optimizer
 
 from .agreement import Agreement, optimizer_id
-from .communication import allgather, dense, fusion, lowrank, route, twophase
+from .communication import allgather, dense, fusion, hierarchical, lowrank, route, topology, twophase
 from .communication.planner import Planner
 from .communication.base import Exchange
 from .compressor import Compressor
 
 SUPPORTED_HOROVOD = "0.28.1"
 #: how each route (a method's ROUTES; "auto" resolves to one of them per tensor) starts a tensor
-STARTS = {"allgather": allgather.start, "twophase": twophase.start, "lowrank": lowrank.start}
+STARTS = {"allgather": allgather.start, "twophase": twophase.start, "lowrank": lowrank.start,
+          **{way: hierarchical.starter(way) for way in hierarchical.ROUTES}}
 
 if horovod.__version__ != SUPPORTED_HOROVOD:
     raise ImportError(
@@ -85,21 +86,23 @@ class _State:
     def agree(self, optimizer) -> Agreement:
         """This world's agreement check, started (and its routes and two-phase buckets planned)."""
         if self.world != _world:
+            description = {"compression": _describe(optimizer._compression),
+                           "parameters": sorted((optimizer._parameter_names.get(p), tuple(p.shape),
+                                                 str(p.dtype)) for p in optimizer._requires_update)}
+            self.agreement = Agreement(f"hvd_compress.agreement.{self.id}", description,
+                                       optimizer.process_set)
+            # first: a rank that disagrees must get its error, not wait in the topology's allgather
+            self.agreement.start()
+            self.world = _world
             compressor = optimizer._compression
             if isinstance(compressor, Compressor):
+                self.exchange.nodes = _nodes(compressor, optimizer.process_set)
                 self.planner, tensors = None, _compressible(optimizer)
                 if tensors and measured(compressor, optimizer.process_set.size()):
                     self.planner = Planner(compressor, tensors, self.exchange, _world)
                 self.use(optimizer, self.planner.routes if self.planner else _routes(optimizer))
             else:
                 self.straight = frozenset(id(p) for _, p in _parameters(optimizer))
-            description = {"compression": _describe(optimizer._compression),
-                           "parameters": sorted((optimizer._parameter_names.get(p), tuple(p.shape),
-                                                 str(p.dtype)) for p in optimizer._requires_update)}
-            self.agreement = Agreement(f"hvd_compress.agreement.{self.id}", description,
-                                       optimizer.process_set)
-            self.world = _world
-            self.agreement.start()
         return self.agreement
 
     def use(self, optimizer, routes: dict[str, str]) -> None:
@@ -107,7 +110,8 @@ class _State:
         self.routes = routes
         parameters = _parameters(optimizer)
         self.exchange.buckets = fusion.Buckets(
-            fusion.plan(parameters, lambda name: routes.get(name) == "twophase"), self.exchange)
+            fusion.plan(parameters, lambda name: routes.get(name) in fusion.ALLTOALL_ROUTES),
+            self.exchange)
         # Dense by plan, or too small or of a dtype never compressed (a parameter's gradient has
         # its shape and dtype), and Horovod reduces their dtype itself; none with a residual
         # still to release.
@@ -139,7 +143,16 @@ def _compressible(optimizer) -> list[route.Tensor]:
 
 def _routes(optimizer) -> dict[str, str]:
     """The route of each compressible parameter's gradient, planned together (route.plan)."""
-    return route.plan(optimizer._compression, _compressible(optimizer), optimizer.process_set.size())
+    return route.plan(optimizer._compression, _compressible(optimizer), optimizer.process_set.size(),
+                      nodes=optimizer._hvd_compress.exchange.nodes)
+
+
+def _nodes(compressor: Compressor, process_set) -> topology.Nodes | None:
+    """This rank's place among nodes, where the compressor may take the hierarchical route."""
+    if (set(hierarchical.ROUTES) & set(compressor.ROUTES) and process_set.size() > 1
+            and compressor.communication in ("auto", *hierarchical.ROUTES)):
+        return topology.of(process_set, _world)
+    return None
 
 
 def _describe(compression) -> str:

@@ -1,12 +1,14 @@
 """Checking a compressor's constructor arguments, and the settings it reads from the
 environment: every bad argument gets a ValueError naming it, what is allowed and what was given.
 """
+import functools
+import importlib.util
 import os
 from typing import Any
 
 #: the ``communication=`` choices every method takes (communication/route.py); a method whose
 #: payloads travel one way only declares its own (``Compressor.ROUTES``)
-ROUTES = ("auto", "allgather", "twophase", "dense")
+ROUTES = ("auto", "allgather", "twophase", "hierarchical", "hierarchical_compressed", "dense")
 
 
 def require(ok: bool, argument: str, allowed: str, value: Any) -> None:
@@ -49,10 +51,23 @@ def default_link_gbit() -> float | None:
         raise ValueError(f"HVD_COMPRESS_LINK_GBIT must be a number > 0, got {value!r}") from None
 
 
-def position() -> tuple[int | None, int | None]:
-    """(rank, world size) when Horovod is initialized, else (None, None)."""
-    import horovod.torch as hvd
+@functools.cache
+def horovod_installed() -> bool:
+    """Whether Horovod can be imported here: without it the package serves torch DDP only
+    (ddp.py), and Horovod's front door (horovod_hook.py, elastic.py) is not installed."""
+    return importlib.util.find_spec("horovod") is not None
 
-    if not hvd.is_initialized():
-        return None, None
-    return hvd.rank(), hvd.size()
+
+def position() -> tuple[int | None, int | None]:
+    """(rank, world size): Horovod's when Horovod is initialized, else torch.distributed's
+    default group's when it is (a DDP job), else (None, None)."""
+    if horovod_installed():
+        import horovod.torch as hvd
+
+        if hvd.is_initialized():
+            return hvd.rank(), hvd.size()
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None, None

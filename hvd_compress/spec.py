@@ -1,14 +1,19 @@
 """``from_spec("topk:ratio=0.01,selection=exact")``: compressors from one string, for command lines.
 
 Grammar: ``NAME`` or ``NAME:KEY=VALUE[,KEY=VALUE...]``. Values are read as int, float,
-true/false, none, or else kept as strings. ``none`` and ``fp16`` give Horovod's own compressors.
+true/false, none, or else kept as strings. ``none`` and ``fp16`` give Horovod's own compressors
+(where Horovod is installed).
 """
 from typing import Any
 
-from horovod.torch import Compression
-
 from .methods import METHODS as COMPRESSORS
-HOROVOD_COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
+from .options import horovod_installed
+
+HOROVOD_COMPRESSIONS = {}
+if horovod_installed():
+    from horovod.torch import Compression
+
+    HOROVOD_COMPRESSIONS = {"none": Compression.none, "fp16": Compression.fp16}
 
 
 def _value(text: str) -> Any:

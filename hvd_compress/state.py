@@ -9,7 +9,8 @@ Two kinds, both keyed by the *piece* a payload is encoded from:
 
 A piece's key is the parameter's name (as the optimizer's ``named_parameters`` gives it) when a
 payload carries the whole parameter, ``NAME[lo:hi]`` for a two-phase chunk of its flat
-elements, and ``NAME#server`` for the region a two-phase server reduces. Keys by name survive
+elements, ``NAME#server`` for the region a two-phase server reduces, and ``NAME#node`` for
+the shard of its node's mean a rank compresses on the hierarchical route. Keys by name survive
 whatever happens to the buffers (a checkpoint load, a size change, a device move); the old
 keying by buffer address lost the state silently whenever a buffer was reallocated.
 
@@ -31,8 +32,9 @@ def piece_key(name: str, lo: int, hi: int, numel: int) -> str:
 
 
 def of_partition(key: str) -> bool:
-    """Whether ``key`` names a piece of one world size's two-phase partition."""
-    return key.endswith("]") or key.endswith("#server")
+    """Whether ``key`` names a piece of one world size's two-phase partition, or the shard of
+    a node a hierarchical route's rank serves (``NAME#node``: one node size's)."""
+    return key.endswith("]") or key.endswith("#server") or key.endswith("#node")
 
 
 class Guarded:

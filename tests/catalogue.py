@@ -35,3 +35,10 @@ def fused_decoders() -> list[str]:
 def firsts() -> list[str]:
     """Each method's first example: its defaults, or the configuration closest to them."""
     return [cls.EXAMPLES[0] for cls in METHODS.values()]
+
+
+def hierarchical(way: str = "hierarchical") -> list[str]:
+    """The examples of methods that take the hierarchical routes, forced onto ``way`` (those
+    that choose a route of their own keep it out)."""
+    return [f"{spec}{',' if ':' in spec else ':'}communication={way}" for spec in specs()
+            if way in hc.from_spec(spec).ROUTES and "communication=" not in spec]

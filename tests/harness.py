@@ -29,8 +29,10 @@ def launched() -> list[psutil.Process]:
     return found
 
 
-def run_workers(fn, num_proc: int, *args, timeout: float = 600) -> list:
-    """``fn(*args)`` on ``num_proc`` workers; their results in rank order.
+def run_workers(fn, num_proc: int, *args, timeout: float = 600, nodes: int = 1) -> list:
+    """``fn(*args)`` on ``num_proc`` workers; their results in rank order. ``nodes=2`` splits
+    them into two nodes as Horovod sees them (local_rank, cross_rank): "localhost" and
+    "127.0.0.1" are two hosts to Horovod's launcher and both this machine.
 
     A launch that outlives ``timeout`` seconds (a hang: every launch here takes well under a
     minute) has its worker processes killed and raises TimeoutError, so that a regression to a
@@ -50,8 +52,9 @@ def run_workers(fn, num_proc: int, *args, timeout: float = 600) -> list:
 
     threading.Thread(target=watchdog, daemon=True).start()
     try:
-        return horovod.run(fn, args=args, num_proc=num_proc, use_gloo=True,
-                           hosts=f"localhost:{num_proc}")
+        per_node = num_proc // nodes
+        hosts = ",".join(f"{host}:{per_node}" for host in ("localhost", "127.0.0.1")[:nodes])
+        return horovod.run(fn, args=args, num_proc=num_proc, use_gloo=True, hosts=hosts)
     except Exception as err:
         if timed_out.is_set():
             raise TimeoutError(f"{fn.__name__} on {num_proc} workers ran past {timeout} s "

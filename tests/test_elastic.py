@@ -1,5 +1,5 @@
 """Live Horovod elastic: a TopK job on 2 gloo workers shrinks to 1 and grows back to 2
-mid-training and finishes (README, "Behaviour under failure"). The survivor resumes with the
+mid-training and finishes (docs/design.md, "Behaviour under failure"). The survivor resumes with the
 residuals it had committed, the rank that joins starts with none, and both end with the same
 parameters.
 

@@ -46,6 +46,24 @@ def test_ptb_language_model_under_horovodrun(tmp_path):
     assert {"embedding.weight", "softmax.weight"} <= set(result["per_tensor"])
 
 
+def test_ptb_transformer_under_horovodrun(tmp_path):
+    # a narrow one-layer model on five steps of 32-word contexts: the evaluations, over all of
+    # valid and test, cost what the default model's would not fit in a test
+    metrics = tmp_path / "metrics.json"
+    out = _run([os.path.join(BIN, "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
+                sys.executable, "examples/pytorch_ptb_transformer.py", "--compression", "onebit",
+                "--epochs", "1", "--train-fraction", "0.01", "--evals-per-epoch", "2", "--bptt", "32",
+                "--width", "64", "--layers", "1", "--heads", "2", "--metrics", str(metrics)])
+    assert "test perplexity" in out and "smaller than dense fp32" in out
+    result = json.loads(metrics.read_text())
+    points = [ppl for _, ppl in result["valid_perplexity"]]
+    assert len(points) == len(result["train_seconds"]) == 2
+    # below an untrained model's (about the vocabulary's size) and falling, after a few steps
+    assert all(math.isfinite(p) for p in points) and points[1] < points[0] < 10000
+    assert math.isclose(result["lr"][-1][1], 1e-4)  # the cosine ends at a tenth of the peak
+    assert {"embedding.weight", "decoder.layers.0.linear1.weight"} <= set(result["per_tensor"])
+
+
 def test_time_to_accuracy_peer_trains_under_ddp(tmp_path):
     metrics = tmp_path / "metrics.json"
     _run([os.path.join(BIN, "torchrun"), "--standalone", "--nproc_per_node", "2", "bench/ddp_train.py", "ptb",

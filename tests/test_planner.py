@@ -32,6 +32,7 @@ class _ProcessSet:
 class _Exchange:
     def __init__(self, size: int, rank: int, average: bool) -> None:
         self.process_set, self.average, self.prefix = _ProcessSet(size, rank), average, "test"
+        self.nodes = None
 
 
 @pytest.mark.parametrize("average", [True, False])
@@ -63,10 +64,12 @@ def test_going_dense_adds_the_residual_to_the_next_gradient_once():
     assert torch.equal(grad, torch.full((10,), 1.25)) and compressor.memory.residuals() == {}
 
 
-def _conservation(spec: str, steps: int) -> dict:
+def _conservation(spec: str, steps: int, link=None) -> dict:
     """SGD with lr 1 on w (loss (w * g).sum()): -w is the sum of the aggregates, so with every
-    rank's residual it must give the sum of the averaged gradients, whatever routes the
-    planner tried on the way (dense, compressed, and back)."""
+    rank's residual (worker residuals; on nodes, node residuals in worker units: times the
+    node's size, hierarchical.py) it must give the sum of the averaged gradients, whatever routes
+    the planner tried on the way (dense, compressed, and back). ``link``: what the probe says
+    (default: a 10 Mbit/s link)."""
     os.environ.pop("HVD_COMPRESS_LINK_GBIT", None)
     import horovod.torch as hvd
 
@@ -74,7 +77,7 @@ def _conservation(spec: str, steps: int) -> dict:
 
     # a slow link as far as the model knows, so that it proposes compressed plans and the
     # trials switch routes (the real link, loopback, then decides)
-    probe.link = lambda process_set, prefix: cost.Link(0.01)
+    probe.link = lambda process_set, prefix, nodes=None: link or cost.Link(0.01)
     hvd.init()
     torch.set_num_threads(1)
     params = {"w": torch.nn.Parameter(torch.zeros(300, 200)), "v": torch.nn.Parameter(torch.zeros(64, 100))}
@@ -82,6 +85,7 @@ def _conservation(spec: str, steps: int) -> dict:
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(params.values(), lr=1.0),
                                          named_parameters=params.items(), compression=compressor)
     total = {name: torch.zeros_like(p, dtype=torch.float64) for name, p in params.items()}
+    tried = set()
     for step in range(steps):
         optimizer.zero_grad()
         loss = 0
@@ -92,15 +96,20 @@ def _conservation(spec: str, steps: int) -> dict:
             loss = loss + (p * grads[hvd.rank()]).sum()
         loss.backward()
         optimizer.step()
+        tried |= set(optimizer._hvd_compress.routes.values())
     residuals = compressor.memory.residuals()
     error = 0.0
     for name, p in params.items():
-        mine = residuals.get(name, torch.zeros(p.numel())).double().view(p.shape)
-        unsent = hvd.allreduce(mine, op=hvd.Average, name=f"residual.{name}")
+        mine = residuals.get(name, torch.zeros(p.numel())).double().clone()
+        node = residuals.get(f"{name}#node")
+        if node is not None:
+            lo, hi = chunk_bounds(p.numel(), hvd.local_size())[hvd.local_rank()]
+            mine[lo:hi] += hvd.local_size() * node.double()
+        unsent = hvd.allreduce(mine.view(p.shape), op=hvd.Average, name=f"residual.{name}")
         error = max(error, float((-p.detach().double() + unsent - total[name]).abs().max()))
     plan = compressor.stats()["plan"]
     dense_kept = [name for name, way in plan["routes"].items() if way == "dense" and name in residuals]
-    return {"error": error, "plan": plan, "dense_kept": dense_kept,
+    return {"error": error, "plan": plan, "dense_kept": dense_kept, "tried": sorted(tried),
             "digest": [p.detach().clone() for p in params.values()]}
 
 
@@ -156,7 +165,7 @@ def test_a_plan_final_without_trials_gets_its_drift_check(monkeypatch):
     by a baseline of zero)."""
     from hvd_compress.communication import cost, probe
 
-    monkeypatch.setattr(probe, "link", lambda process_set, prefix: cost.Link(1000.0))
+    monkeypatch.setattr(probe, "link", lambda process_set, prefix, nodes=None: cost.Link(1000.0))
     monkeypatch.setattr(probe, "cpu", lambda compressor, ranks: cost.Cpu(1.0, 1e-6))
     monkeypatch.setattr(probe, "agreed", lambda values, process_set, name: list(values))
     planner = planner_module.Planner(hc.TopK(0.01, link_gbit=None), [("w", torch.Size((100, 100)), 4)],

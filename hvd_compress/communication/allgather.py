@@ -8,12 +8,13 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, compressed, decode_sum, output_for
+from .base import Exchange, Wait
+from .codec import compressed, gathered_aggregate
 
 
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
           absent: bool = False) -> Wait:
-    """Compresses ``grad`` (nothing when ``absent``: see base.py) and starts its allgather; the
+    """Compresses ``grad`` (nothing when ``absent``: see codec.py) and starts its allgather; the
     returned handle yields the aggregate (sum, or mean when the exchange averages) in ``grad``'s
     shape and dtype."""
     with compressor.accounting.timed("compress"):
@@ -28,18 +29,7 @@ def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Excha
         with compressor.accounting.timed("wait"):
             gathered = hvd.synchronize(handle)
         with compressor.accounting.timed("decode"):
-            return _aggregate(gathered)
-
-    def _aggregate(gathered: torch.Tensor) -> torch.Tensor:
-        ranks = process_set.size()
-        bodies, all_finite = framing.unframe(gathered, tag, ranks, repr(name))
-        if not all_finite:
-            return output_for(grad, zeroed=False).fill_(float("nan")).view(grad.shape).to(grad.dtype)
-        total = output_for(grad)
-        decode_sum(compressor, bodies, total, grad.shape, what=repr(name))
-        if exchange.average:
-            total.div_(ranks)
-        compressor.aggregate(total)
-        return total.view(grad.shape).to(grad.dtype)
+            bodies, finite = framing.unframe(gathered, tag, process_set.size(), repr(name))
+            return gathered_aggregate(compressor, grad, bodies, finite, exchange.average, repr(name))
 
     return Wait(finish, name)

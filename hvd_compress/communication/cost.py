@@ -11,6 +11,9 @@ dense ring allreduce   2 (p-1)/p D                 2 (p-1)         allreduce (fp
 allgather of payloads  (p-1) b                     p-1             allgather
 two-phase              (p-1)/p b + (p-1) b_r       2 (p-1)         alltoall, then allgather
 PowerSGD, rank r       2 (p-1)/p 4 r (rows+cols)   4 (p-1)         allreduce of P, then of Q
+hierarchical           (L-1)/L 4n + (L-1) N b(n/L) 3 (p-1)         three alltoalls
+                       inside the node, (N-1)
+                       b(n/L) across nodes
 =====================  ==========================  ==============  =========================
 
 where b_r is the payload of one re-compressed region (about b/p). Received bytes equal sent
@@ -30,7 +33,7 @@ project with. c and a were measured on the simulated cluster by bench/cost_model
 small gloo allreduce, allgather and alltoall times at np=2 and 4); the bandwidth is the link's
 rate. Both are this machine's, whose workers share 2 cores: a real cluster's are smaller, which
 only moves the crossovers of route.py towards smaller tensors. Checked against the simulated
-cluster's interface counters by the same bench (README, "Communication at scale").
+cluster's interface counters by the same bench (docs/benchmarks.md, "Communication at scale").
 
 Two things beyond the wire decide whether compressing a tensor pays (route.py):
 
@@ -54,15 +57,20 @@ from dataclasses import dataclass
 from . import framing
 
 #: seconds per message round, and per collective, of Horovod's gloo collectives between the
-#: network namespaces of this machine (bench/cost_model.py fit; README, "Communication at scale")
+#: network namespaces of this machine (bench/cost_model.py fit; docs/benchmarks.md, "Communication at scale")
 LATENCY_S = 600e-6
 OVERHEAD_S = 480e-6
 #: CPU seconds of the compressed path per encode or decode call, and per element
-#: (bench/cost_model.py cpu; README, "Communication")
+#: (bench/cost_model.py cpu; docs/design.md, "Routes")
 CALL_CPU_S = 95e-6
 ELEMENT_CPU_S = 4.4e-9
 #: the link rate a plan assumes when neither told nor measured (Gbit/s)
 DEFAULT_GBIT = 1.0
+#: the rate a static plan (``link_gbit`` set: the inter-node link's) assumes inside a node,
+#: Gbit/s per worker: an assumption (PCIe-class), used only when nothing was measured
+INTRA_GBIT = 50.0
+#: dense gradient bytes per bucket of two-phase alltoalls (fusion.py; DDP's default bucket_cap_mb)
+BUCKET_BYTES = 25 * 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -70,30 +78,40 @@ class Cost:
     """What one worker sends for one tensor (or a step's tensors): ``bytes``; the unfused
     ``collectives`` and their message ``rounds``, paid per tensor; ``fused``: the rounds of
     each kind of collective Horovod fuses, paid once however many tensors share it; ``cpu``:
-    seconds of the worker's CPU the compressed path adds."""
+    seconds of the worker's CPU the compressed path adds. On nodes (hierarchical route):
+    ``intra_bytes`` sent inside the node and ``cross_bytes`` across it, beside ``bytes`` of the
+    flat collectives."""
 
     bytes: float
     collectives: float = 0
     rounds: float = 0
     fused: tuple[tuple[str, int], ...] = ()
     cpu: float = 0.0
+    intra_bytes: float = 0.0
+    cross_bytes: float = 0.0
 
     def __add__(self, other: "Cost") -> "Cost":
         fused = dict(self.fused)
         for kind, rounds in other.fused:
             fused[kind] = max(fused.get(kind, 0), rounds)
         return Cost(self.bytes + other.bytes, self.collectives + other.collectives,
-                    self.rounds + other.rounds, tuple(sorted(fused.items())), self.cpu + other.cpu)
+                    self.rounds + other.rounds, tuple(sorted(fused.items())), self.cpu + other.cpu,
+                    self.intra_bytes + other.intra_bytes, self.cross_bytes + other.cross_bytes)
 
 
 @dataclass(frozen=True)
 class Link:
-    """A worker's network link: ``gbit`` per second each way, ``latency_s`` per message round,
-    ``overhead_s`` per collective."""
+    """A worker's network link: ``gbit`` per second each way for the flat collectives (on nodes:
+    the rate of a ring over every rank, which the inter-node link sets), ``latency_s`` per message
+    round, ``overhead_s`` per collective. On nodes, ``intra_gbit`` is a worker's rate to the
+    workers of its node, ``cross_gbit`` its share of the node's uplink when every worker of the
+    node sends across at once (None: ``gbit``)."""
 
     gbit: float
     latency_s: float = LATENCY_S
     overhead_s: float = OVERHEAD_S
+    intra_gbit: float | None = None
+    cross_gbit: float | None = None
 
     def seconds(self, cost: Cost) -> float:
         """The time ``cost`` takes on this link, fused collectives included."""
@@ -102,8 +120,9 @@ class Link:
 
     def marginal_seconds(self, cost: Cost) -> float:
         """The time ``cost`` adds to a step whose fused collectives run anyway."""
-        return (cost.collectives * self.overhead_s + cost.rounds * self.latency_s
-                + cost.bytes * 8 / (self.gbit * 1e9) + cost.cpu)
+        bits = (cost.bytes / self.gbit + cost.intra_bytes / (self.intra_gbit or self.gbit)
+                + cost.cross_bytes / (self.cross_gbit or self.gbit)) * 8 / 1e9
+        return cost.collectives * self.overhead_s + cost.rounds * self.latency_s + bits + cost.cpu
 
 
 def framed(payload: float) -> float:
@@ -128,6 +147,22 @@ def twophase(payload: float, region_payload: float, p: int, share: float = 1.0) 
     this tensor pays (fusion.py). The allgather is the step's second round (module docstring)."""
     alltoall = Cost((p - 1) / p * (payload + p * framed(0)), collectives=share, rounds=share * (p - 1))
     return alltoall + Cost((p - 1) * framed(region_payload), fused=(("second round", p - 1),))
+
+
+def hierarchical(numel: int, shard_payload: float, size: int, count: int, share: float = 1.0,
+                 inside: bool = False) -> Cost:
+    """``numel`` elements on ``count`` nodes of ``size`` workers (hierarchical.py): a
+    reduce-scatter inside the node, dense fp32 or (``inside``) of compressed shards, riding in
+    a two-phase bucket's alltoall (charged at ``share`` as there); the shard's payload to the
+    ``count`` - 1 cross peers; the ``count`` payloads forwarded to the node's other workers.
+    The last two are one alltoall each per step (fused kinds)."""
+    p = size * count
+    headers = (p - 1) * framed(0)
+    step1 = (size - 1) * framed(shard_payload) if inside else (size - 1) / size * 4 * numel
+    step3 = (size - 1) * framed(count * framed(shard_payload))
+    return Cost(2 * headers, collectives=share, rounds=share * (p - 1),
+                fused=(("node cross", p - 1), ("node forward", p - 1)),
+                intra_bytes=step1 + step3 + headers, cross_bytes=(count - 1) * framed(shard_payload))
 
 
 @dataclass(frozen=True)

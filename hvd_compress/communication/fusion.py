@@ -34,9 +34,10 @@ import horovod.torch as hvd
 import torch
 
 from . import framing
+from .cost import BUCKET_BYTES
 
-#: dense gradient bytes per bucket (DDP's default bucket_cap_mb)
-BUCKET_BYTES = 25 * 2 ** 20
+#: the routes whose first round is an alltoall these buckets carry
+ALLTOALL_ROUTES = ("twophase", "hierarchical", "hierarchical_compressed")
 
 
 def plan(parameters: list[tuple[str, torch.Tensor]], two_phase: Callable[[str], bool],
@@ -55,8 +56,9 @@ def plan(parameters: list[tuple[str, torch.Tensor]], two_phase: Callable[[str], 
     return buckets
 
 
-class _Round:
-    """One bucket's alltoall in one step: the members' frames, then the received buffer."""
+class Round:
+    """One alltoall carrying several tensors' frames in one step (a bucket here; a step's
+    hierarchical tensors in hierarchical.py): the members' frames, then the received buffer."""
 
     def __init__(self, label: str, members: list[str], exchange) -> None:
         self.label, self.members, self.exchange = label, members, exchange
@@ -93,7 +95,7 @@ class Delivery:
     """What a member gets back: ``received()`` waits for its bucket's alltoall, sending every
     open bucket first if this one has not left yet."""
 
-    def __init__(self, buckets: "Buckets", round_: _Round, member: str) -> None:
+    def __init__(self, buckets: "Buckets", round_: Round, member: str) -> None:
         self._buckets, self._round, self._member = buckets, round_, member
 
     def received(self) -> tuple[list[torch.Tensor], bool]:
@@ -108,7 +110,7 @@ class Buckets:
     def __init__(self, buckets: list[list[str]], exchange) -> None:
         self.exchange = exchange
         self.of = {name: (i, members) for i, members in enumerate(buckets) for name in members}
-        self.open: dict[int, _Round] = {}
+        self.open: dict[int, Round] = {}
         self.lock = threading.Lock()
 
     def scatter(self, name: str, frames: list[torch.Tensor], tag: int) -> Delivery:
@@ -116,12 +118,12 @@ class Buckets:
         leaves when it is full; a name outside the plan leaves at once, alone."""
         with self.lock:
             if name not in self.of:
-                round_ = _Round(name, [name], self.exchange)
+                round_ = Round(name, [name], self.exchange)
                 round_.frames[name] = (frames, tag)
                 round_.send()
                 return Delivery(self, round_, name)
             index, members = self.of[name]
-            round_ = self.open.setdefault(index, _Round(f"#bucket{index}", members, self.exchange))
+            round_ = self.open.setdefault(index, Round(f"#bucket{index}", members, self.exchange))
             round_.frames[name] = (frames, tag)
             if round_.full():
                 del self.open[index]

@@ -7,7 +7,7 @@ fp32 allreduces, so Horovod fuses every tensor's P (then Q) of one step into one
 the batching of many small factors into few messages costs no code here. Cost per rank for an
 n x m matrix at rank r on p ranks: a ring allreduce of r n floats, then one of r m floats.
 
-Contributions follow base.py: a rank without a gradient adds zero factors and keeps its
+Contributions follow codec.py: a rank without a gradient adds zero factors and keeps its
 residual; a non-finite gradient makes its P all NaN, so every rank's aggregate is NaN for that
 tensor this step. No rank lets that step reach its state: the summed P is checked before
 anything is folded from it, so a healthy rank keeps its whole gradient + residual as its
@@ -15,7 +15,7 @@ residual (it sent nothing that was applied), the non-finite rank's residual is c
 warm-start Q stays the last finite one. Before this check one overflow (GradScaler's usual
 first steps) put the other ranks' NaN into every residual, and every later step was skipped.
 
-Memory: the aggregate P^ Q^T is written into the gradient's own storage (base.output_for), so a
+Memory: the aggregate P^ Q^T is written into the gradient's own storage (codec.output_for), so a
 step allocates only the factors.
 """
 import horovod.torch as hvd
@@ -23,40 +23,25 @@ import torch
 
 from ..compressor import Compressor
 from . import dense
-from .base import Exchange, Wait, contribution, in_two_rounds, output_for
+from .base import Exchange, Wait, in_two_rounds
+from .codec import PowerStep
 
 
 class _PowerStep:
-    """One matrix's PowerSGD step, from P's allreduce in flight to the aggregate."""
+    """One matrix's PowerSGD step (codec.PowerStep), from P's allreduce in flight to the aggregate."""
 
     def __init__(self, compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
                  absent: bool) -> None:
-        self.compressor, self.grad, self.name, self.exchange = compressor, grad, name, exchange
-        self.rows, self.cols = compressor.matrix(grad.shape)
-        with compressor.accounting.timed("compress"):
-            acc, self.finite = contribution(compressor, name, grad, absent)
-            # An absent gradient contributes zero factors; its residual (acc is None) stays.
-            self.m = (acc if acc is not None else torch.zeros(grad.numel(), device=grad.device)
-                      ).view(self.rows, self.cols)
-            self.q = compressor.q(name, self.cols, grad.device)
-            p = self.m @ self.q
-            if not self.finite:
-                p.fill_(float("nan"))
-        self.residual = acc is not None
-        self.phase1 = hvd.allreduce_async(p, name=exchange.name(name, ".P"), op=hvd.Sum,
+        self.compressor, self.name, self.exchange = compressor, name, exchange
+        self.step = PowerStep(compressor, grad, name, absent)
+        self.phase1 = hvd.allreduce_async(self.step.p, name=exchange.name(name, ".P"), op=hvd.Sum,
                                           process_set=exchange.process_set)
         self.phase2 = None
 
     def start_phase2(self) -> None:
         with self.compressor.accounting.timed("wait"):
             p = hvd.synchronize(self.phase1)
-        with self.compressor.accounting.timed("compress"):
-            # Any rank's non-finite gradient makes the sum non-finite: fold nothing from it.
-            finite = bool(torch.isfinite(p).all())
-            self.p_hat = torch.linalg.qr(p).Q if finite else p
-            q_mine = self.m.t() @ self.p_hat
-            if self.residual and finite:
-                self.m.addmm_(self.p_hat, q_mine.t(), alpha=-1)  # residual_i = M_i - P^ Q_i^T
+        q_mine = self.step.q_of(p)
         op = hvd.Average if self.exchange.average else hvd.Sum
         self.phase2 = hvd.allreduce_async(q_mine, name=self.exchange.name(self.name, ".Q"), op=op,
                                           process_set=self.exchange.process_set)
@@ -64,13 +49,7 @@ class _PowerStep:
     def result(self) -> torch.Tensor:
         with self.compressor.accounting.timed("wait"):
             q = hvd.synchronize(self.phase2)
-        self.compressor.accounting.count(self.name, self.grad.numel(), 4 * (self.p_hat.numel() + q.numel()))
-        with self.compressor.accounting.timed("decode"):
-            if torch.isfinite(q).all() and q.any():  # a zero Q (no rank had a gradient) would stay zero
-                self.compressor.keep_q(self.name, q)
-            total = output_for(self.grad, zeroed=False).view(self.rows, self.cols)
-            torch.mm(self.p_hat, q.t(), out=total)
-            return total.view(self.grad.shape).to(self.grad.dtype)
+        return self.step.aggregate(q)
 
 
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,

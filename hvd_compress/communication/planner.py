@@ -48,7 +48,7 @@ yet sent) into the worker residual of the rank that holds it, scaled to the work
 (times p when the optimizer averages). A tensor going dense adds its worker residual to its next
 gradient, once, and the residual is dropped (``release``).
 
-Cost, measured per model in the README ("Choosing routes"): the probe (0.3 to 0.7 s at np=2),
+Cost, measured per model in docs/benchmarks.md ("Choosing routes"): the probe (0.3 to 0.7 s at np=2),
 the trial steps on plans slower than the final one, and one 8-byte allreduce per trial step
 past a block's fourth. The plan is final after 1 + 4 to 64 steps per candidate.
 """
@@ -59,7 +59,7 @@ from collections import deque
 import torch
 
 from ..compressor import Compressor
-from . import cost, probe, route
+from . import cost, hierarchical, probe, route
 from .base import Exchange
 from .twophase import chunk_bounds
 
@@ -136,19 +136,27 @@ class Planner:
         started = time.perf_counter()
         cpu = probe.cpu(self.compressor, ranks)
         timed = time.perf_counter()
-        link = probe.link(self.exchange.process_set, f"{self.prefix}.probe")
+        nodes = self.exchange.nodes
+        link = probe.link(self.exchange.process_set, f"{self.prefix}.probe", nodes)
         self.report.update({"cpu_probe_s": timed - started, "link_probe_s": time.perf_counter() - timed})
-        figures = probe.agreed([1 / link.gbit, link.latency_s, link.overhead_s, cpu.call_s, cpu.element_s],
+        figures = probe.agreed([1 / link.gbit, link.latency_s, link.overhead_s, cpu.call_s, cpu.element_s,
+                                1 / (link.intra_gbit or link.gbit), 1 / (link.cross_gbit or link.gbit)],
                                self.exchange.process_set, f"{self.prefix}.agree")
-        link = cost.Link(1 / figures[0], figures[1], figures[2])
+        link = cost.Link(1 / figures[0], figures[1], figures[2], 1 / figures[5], 1 / figures[6])
         cpu = cost.Cpu(figures[3], figures[4])
-        predicted = route.candidates(self.compressor, self.tensors, ranks, link, cpu)
+        predicted = route.candidates(self.compressor, self.tensors, ranks, link, cpu, nodes)
         dense = next(plan for plan in predicted if set(plan[1].values()) == {DENSE})
-        best = [plan for plan in predicted if plan is not dense and plan[0] < (1 - MARGIN) * dense[0]][:2]
+        faster = [plan for plan in predicted if plan is not dense and plan[0] < (1 - MARGIN) * dense[0]]
+        best = faster[:2]
+        # on nodes, the best plan with the hierarchical route is tried too: the model has not
+        # met this cluster's nodes before
+        best += [plan for plan in faster[2:]
+                 if set(plan[1].values()) & set(hierarchical.ROUTES)][:1]
         self.plans = [dense[1], *(routes for _, routes in best)]
         self.report.update({
             "measured": {"gbit": link.gbit, "latency_s": link.latency_s, "overhead_s": link.overhead_s,
-                         "call_s": cpu.call_s, "element_s": cpu.element_s},
+                         "call_s": cpu.call_s, "element_s": cpu.element_s,
+                         **({"intra_gbit": link.intra_gbit, "cross_gbit": link.cross_gbit} if nodes else {})},
             "probe_s": time.perf_counter() - started,
             "candidates": [{"predicted_s": seconds, "routes": _summary(routes)}
                            for seconds, routes in [dense, *best]]})
@@ -185,16 +193,15 @@ class Planner:
     def _use(self, routes: dict[str, str]) -> bool:
         """Takes ``routes`` for the next step, moving residuals as the module docstring says."""
         changed = [name for name in routes if routes[name] != self.routes[name]]
-        memory = self.compressor.memory
         ranks, rank = self.exchange.process_set.size(), self.exchange.process_set.rank()
         for name in changed:
             if self.routes[name] == "twophase":
-                server = memory.pop(f"{name}#server")
-                if server is not None and memory.keeps:
-                    n = next(shape.numel() for t, shape, _ in self.tensors if t == name)
-                    lo, hi = chunk_bounds(n, ranks)[rank]
-                    worker = memory.buffer(name, torch.empty(n, device=server.device))
-                    worker[lo:hi].add_(server, alpha=ranks if self.exchange.average else 1)
+                self._fold_into_worker(name, f"{name}#server", ranks, rank,
+                                       ranks if self.exchange.average else 1)
+            if self.routes[name] in hierarchical.ROUTES:  # node-mean units: the worker's are L times
+                nodes = self.exchange.nodes
+                self._fold_into_worker(name, f"{name}{hierarchical.SHARD_KEY}", nodes.size,
+                                       nodes.local_rank, nodes.size)
             if routes[name] == DENSE:
                 self.release.add(name)
             else:
@@ -202,6 +209,17 @@ class Planner:
         self.routes = dict(routes)
         self.report["routes"] = dict(self.routes)
         return bool(changed)
+
+    def _fold_into_worker(self, name: str, key: str, parts: int, part: int, scale: float) -> None:
+        """Moves the residual ``key`` (this rank's piece ``part`` of ``parts`` of ``name``'s flat
+        elements) into ``name``'s worker residual, times ``scale``; the next route sends it."""
+        memory = self.compressor.memory
+        piece = memory.pop(key)
+        if piece is not None and memory.keeps:
+            n = next(shape.numel() for t, shape, _ in self.tensors if t == name)
+            lo, hi = chunk_bounds(n, parts)[part]
+            worker = memory.buffer(name, torch.empty(n, device=piece.device))
+            worker[lo:hi].add_(piece, alpha=scale)
 
     def fold_released(self, name: str, grad: torch.Tensor) -> None:
         """Adds ``name``'s worker residual to ``grad`` (going dense) once, and drops it."""

@@ -7,6 +7,10 @@ allgather of 8 bytes per rank (``c + (p-1) a``), and an allreduce of ``BULK_BYTE
 plus ``2 (p-1)/p D / B``). Two equations give c and a, the third the bandwidth B (cost.py's
 formulas). Horovod's own cycle time and negotiation are inside c, as they are in every real
 step. Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
+On nodes of several workers (topology.py) two more rates, for the hierarchical route: a rank's
+to the workers of its node (1 MB to them in all) and across nodes (0.5 MB to its cross peers),
+each with every rank sending at once, so that the uplink's share per worker is what is
+measured; alltoalls, timed against an empty one. Cost: 16 more alltoalls.
 
 CPU. ``fold_encode`` and ``decode_add_all`` of p payloads on a throwaway copy of the compressor,
 on gradients of ``SMALL`` and ``LARGE`` elements (medians of ``REPEATS``): per-call and
@@ -27,6 +31,7 @@ import torch
 
 from ..compressor import Compressor
 from . import cost
+from .topology import Nodes
 
 REPEATS = 3
 BULK_BYTES = 1 << 20
@@ -43,15 +48,16 @@ def _median_seconds(run: Callable[[], object]) -> float:
     return statistics.median(times)
 
 
-def link(process_set: hvd.ProcessSet, prefix: str) -> cost.Link:
-    """This process set's link, measured (module docstring)."""
+def link(process_set: hvd.ProcessSet, prefix: str, nodes: Nodes | None = None) -> cost.Link:
+    """This process set's link, measured (module docstring); on ``nodes``, the rates inside
+    the node and across it too."""
     p = process_set.size()
     count = [0]
 
-    def timed(op: Callable, tensor: torch.Tensor, label: str) -> float:
+    def timed(op: Callable, tensor: torch.Tensor, label: str, **kwargs) -> float:
         def run():
             count[0] += 1
-            op(tensor, name=f"{prefix}.{label}.{count[0]}", process_set=process_set)
+            op(tensor, name=f"{prefix}.{label}.{count[0]}", process_set=process_set, **kwargs)
         return _median_seconds(run)
 
     one = timed(hvd.allreduce, torch.zeros(1), "one")
@@ -61,7 +67,23 @@ def link(process_set: hvd.ProcessSet, prefix: str) -> cost.Link:
     overhead = max(0.0, gather - (p - 1) * latency)
     wire_bytes = 2 * (p - 1) / p * BULK_BYTES
     gbit = wire_bytes * 8 / max(bulk - one, 1e-6) / 1e9
-    return cost.Link(gbit=gbit, latency_s=latency, overhead_s=overhead)
+    if nodes is None:
+        return cost.Link(gbit=gbit, latency_s=latency, overhead_s=overhead)
+
+    def to_peers(peers: tuple[int, ...], each: int, label: str) -> float:
+        """Gbit/s of one rank sending ``each`` bytes to each of ``peers`` (itself aside) while
+        every rank does the same: alltoalls with nothing for the other ranks."""
+        splits = [each if r in peers and r != process_set.rank() else 0 for r in range(p)]
+        empty = timed(hvd.alltoall, torch.zeros(0, dtype=torch.uint8), f"{label}0",
+                      splits=torch.zeros(p, dtype=torch.int32))
+        full = timed(hvd.alltoall, torch.zeros(sum(splits), dtype=torch.uint8), label,
+                     splits=torch.tensor(splits, dtype=torch.int32))
+        return sum(splits) * 8 / max(full - empty, 1e-6) / 1e9
+
+    intra = to_peers(nodes.local, BULK_BYTES // (nodes.size - 1), "intra")
+    cross = to_peers(nodes.cross, BULK_BYTES // 2 // (nodes.count - 1), "cross")
+    return cost.Link(gbit=gbit, latency_s=latency, overhead_s=overhead, intra_gbit=intra,
+                     cross_gbit=cross)
 
 
 def cpu(compressor: Compressor, ranks: int) -> cost.Cpu:

@@ -8,6 +8,10 @@ The routes:
   Each worker sends about 2 payloads whatever p is, but pays a second encode, 2p + 3 encode and
   decode calls, a share of its bucket's alltoall (fusion.py: Horovod does not fuse alltoalls,
   we bucket them) and a round after the backward pass.
+* ``hierarchical`` and ``hierarchical_compressed`` (hierarchical.py), on nodes of several
+  workers (topology.py): reduced inside the node (dense, or compressed too), compressed across
+  nodes, each worker for its shard of the tensor. A node's uplink carries one compressed
+  payload per remote node instead of one per remote worker.
 * ``dense``: Horovod's own allreduce of the uncompressed gradient.
 
 ``auto`` (the default) plans the routes of an optimizer's tensors together (``plan``), once per
@@ -41,27 +45,39 @@ import torch
 
 from ..compressor import Compressor
 from . import cost
-from .fusion import BUCKET_BYTES
-from .twophase import fits
+from .codec import fits
+from .cost import BUCKET_BYTES
+from .topology import HIERARCHICAL, Nodes
 
-ROUTES = ("allgather", "twophase", "dense")
-#: the route sets a plan may draw from: with two-phase, without it, and compressing every tensor
-ROUTE_SETS = (ROUTES, ("allgather", "dense"), ("allgather", "twophase"))
+ROUTES = ("allgather", "twophase", "hierarchical", "hierarchical_compressed", "dense")
+#: the route sets a plan may draw from: with two-phase, without it, compressing every tensor,
+#: and on nodes each hierarchical route, alone or beside allgather
+ROUTE_SETS = (ROUTES, ("allgather", "dense"), ("allgather", "twophase"),
+              *((way, "dense") for way in HIERARCHICAL),
+              *(("allgather", way, "dense") for way in HIERARCHICAL))
 
 
 def costs(compressor: Compressor, shape: torch.Size, itemsize: int, ranks: int,
-          cpu: cost.Cpu = cost.Cpu()) -> dict[str, cost.Cost]:
+          cpu: cost.Cpu = cost.Cpu(), nodes: Nodes | None = None) -> dict[str, cost.Cost]:
     """The predicted cost of each route available to a gradient of ``shape`` and element size
-    ``itemsize`` (bytes) on ``ranks`` ranks, the compressed path taking ``cpu``."""
+    ``itemsize`` (bytes) on ``ranks`` ranks (on ``nodes``, when they are known), the compressed
+    path taking ``cpu``."""
     n = shape.numel()
     payload = compressor.expected_bytes(n, shape)
     predicted = {"allgather": cost.allgather(payload, ranks) + cost.compute(n, 2, cpu),
                  "dense": cost.dense(n * itemsize, ranks)}
+    share = min(1.0, n * itemsize / BUCKET_BYTES)
     if fits(n, ranks):
         region = compressor.expected_bytes(-(-n // ranks), shape)
-        share = min(1.0, n * itemsize / BUCKET_BYTES)
         predicted["twophase"] = (cost.twophase(payload, region, ranks, share)
                                  + cost.compute(n, 2 * ranks + 3, cpu))
+    if nodes is not None and fits(n, nodes.size):
+        shard = compressor.expected_bytes(-(-n // nodes.size), shape)
+        for way, inside in HIERARCHICAL.items():
+            if way in compressor.ROUTES:
+                calls = 1 + nodes.count * nodes.size + (2 * nodes.size if inside else 0)
+                predicted[way] = (cost.hierarchical(n, shard, nodes.size, nodes.count, share, inside)
+                                  + cost.compute(n, calls, cpu))
     return predicted
 
 
@@ -69,17 +85,22 @@ def costs(compressor: Compressor, shape: torch.Size, itemsize: int, ranks: int,
 Tensor = tuple[str, torch.Size, int]
 
 
-def link_of(compressor: Compressor) -> cost.Link:
+def link_of(compressor: Compressor, nodes: Nodes | None = None) -> cost.Link:
     """The link a plan assumes when none was measured: the compressor's ``link_gbit``, or
-    ``cost.DEFAULT_GBIT``, with the fitted latencies."""
-    return cost.Link(compressor.link_gbit or cost.DEFAULT_GBIT)
+    ``cost.DEFAULT_GBIT``, with the fitted latencies; on ``nodes`` that is the inter-node link,
+    which a node's workers share, and ``cost.INTRA_GBIT`` inside the node."""
+    gbit = compressor.link_gbit or cost.DEFAULT_GBIT
+    if nodes is None:
+        return cost.Link(gbit)
+    return cost.Link(gbit, intra_gbit=cost.INTRA_GBIT, cross_gbit=gbit / nodes.size)
 
 
 def candidates(compressor: Compressor, tensors: list[Tensor], ranks: int, link: cost.Link,
-               cpu: cost.Cpu = cost.Cpu()) -> list[tuple[float, dict[str, str]]]:
+               cpu: cost.Cpu = cost.Cpu(), nodes: Nodes | None = None) -> list[tuple[float, dict[str, str]]]:
     """(predicted seconds, routes) of the best plan from each of ``ROUTE_SETS`` and of sending
     everything dense, fastest first, without repeats."""
-    predicted = {name: costs(compressor, shape, itemsize, ranks, cpu) for name, shape, itemsize in tensors}
+    predicted = {name: costs(compressor, shape, itemsize, ranks, cpu, nodes)
+                 for name, shape, itemsize in tensors}
     plans = []
     for allowed in (*ROUTE_SETS, ("dense",)):
         # Every plan pays the step's dense allreduce: a model's small tensors (biases, norms),
@@ -95,18 +116,29 @@ def candidates(compressor: Compressor, tensors: list[Tensor], ranks: int, link: 
 
 
 def plan(compressor: Compressor, tensors: list[Tensor], ranks: int, link: cost.Link | None = None,
-         cpu: cost.Cpu = cost.Cpu()) -> dict[str, str]:
+         cpu: cost.Cpu = cost.Cpu(), nodes: Nodes | None = None) -> dict[str, str]:
     """The route of each of ``tensors`` (the compressible gradients of one optimizer) on
-    ``ranks`` ranks: forced routes as forced; for ``auto`` the model's best plan on ``link``
-    (default: ``link_of(compressor)``), as the module docstring says."""
+    ``ranks`` ranks (on ``nodes``, when known): forced routes as forced; for ``auto`` the
+    model's best plan on ``link`` (default: ``link_of``), as the module docstring says."""
     forced = compressor.communication
     if forced == "auto" and ranks == 1:
         return {name: "allgather" for name, _, _ in tensors}
-    if forced != "auto":  # a tensor two-phase cannot split stays on the allgather
-        return {name: "allgather" if forced == "twophase" and not fits(shape.numel(), ranks) else forced
+    if forced != "auto":
+        return {name: forced if _forceable(forced, shape.numel(), ranks, nodes) else "allgather"
                 for name, shape, _ in tensors}
-    best = candidates(compressor, tensors, ranks, link or link_of(compressor), cpu)[0]
+    best = candidates(compressor, tensors, ranks, link or link_of(compressor, nodes), cpu, nodes)[0]
     return best[1]
+
+
+def _forceable(forced: str, n: int, ranks: int, nodes: Nodes | None) -> bool:
+    """Whether a tensor of ``n`` elements can take a forced route; the allgather where not: a
+    tensor two-phase cannot split, or the hierarchical route where the world is not whole
+    nodes of several workers alike (topology.py) or the tensor too small to shard."""
+    if forced == "twophase":
+        return fits(n, ranks)
+    if forced in HIERARCHICAL:
+        return nodes is not None and fits(n, nodes.size)
+    return True
 
 
 def choose(compressor: Compressor, grad: torch.Tensor, ranks: int) -> str:

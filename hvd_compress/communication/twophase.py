@@ -29,19 +29,8 @@ import torch
 
 from ..compressor import Compressor
 from . import framing
-from .base import Exchange, Wait, compressed, decode_sum, in_two_rounds, output_for
-
-
-def chunk_bounds(n: int, parts: int) -> list[tuple[int, int]]:
-    """``parts`` consecutive ranges covering range(n), each a whole number of bytes of bits."""
-    size = ((n + parts - 1) // parts + 7) // 8 * 8
-    return [(min(n, j * size), min(n, (j + 1) * size)) for j in range(parts)]
-
-
-def fits(n: int, parts: int) -> bool:
-    """Whether ``n`` elements give each of ``parts`` ranks a non-empty chunk."""
-    lo, hi = chunk_bounds(n, parts)[-1]
-    return lo < hi
+from .base import Exchange, Wait, in_two_rounds
+from .codec import chunk_bounds, compressed, fits, reduced_region, regions_aggregate  # noqa: F401
 
 
 class _Reduction:
@@ -65,58 +54,26 @@ class _Reduction:
         with self.compressor.accounting.timed("wait"):
             bodies, finite = self.phase1.received()
         with self.compressor.accounting.timed("decode"):
-            reduced = self._reduce(bodies, finite)
+            reduced = reduced_region(self.compressor, self.name, self.grad,
+                                     self.bounds[self.exchange.process_set.rank()], bodies, finite,
+                                     self.exchange.average, self.tag)
         self.sent += reduced.numel()
         self.phase2 = hvd.allgather_async(reduced, name=self.exchange.name(self.name, ".gather"),
                                           process_set=self.exchange.process_set)
-
-    def _reduce(self, bodies: list[torch.Tensor], finite: bool) -> torch.Tensor:
-        """This rank's region: the sum of the ranks' chunks, plus the server residual,
-        re-compressed and framed (empty when non-finite or absent everywhere)."""
-        lo, hi = self.bounds[self.exchange.process_set.rank()]
-        mine = torch.zeros(hi - lo, dtype=torch.float32, device=self.grad.device)
-        present = (decode_sum(self.compressor, bodies, mine, self.grad.shape, what=repr(self.name))
-                   if finite else 0)
-        if self.exchange.average:
-            mine.div_(self.ranks)
-        self.compressor.aggregate(mine)
-        # Non-finite: the server residual stays as it was, clean. No rank had a gradient: it
-        # stays too, so that a frozen parameter does not move.
-        body = None
-        if finite and present:
-            memory = self.compressor.memory
-            server = memory.buffer(f"{self.name}#server", mine)
-            body = self.compressor.fold_encode(server, mine, self.grad.shape, memory.keeps,
-                                               f"{self.name}#server")
-            if body is None:  # the region's sum overflowed fp32
-                server.zero_()
-                finite = False
-        if body is None:
-            body = torch.empty(0, dtype=torch.uint8, device=mine.device)
-        return framing.frame(body, self.tag, finite)
 
     def result(self) -> torch.Tensor:
         with self.compressor.accounting.timed("wait"):
             gathered = hvd.synchronize(self.phase2)
         self.compressor.accounting.count(self.name, self.grad.numel(), self.sent)
         with self.compressor.accounting.timed("decode"):
-            return self._aggregate(gathered)
-
-    def _aggregate(self, gathered: torch.Tensor) -> torch.Tensor:
-        bodies, finite = framing.unframe(gathered, self.tag, self.ranks, repr(self.name))
-        if not finite:
-            return output_for(self.grad, zeroed=False).fill_(float("nan")).view(self.grad.shape).to(self.grad.dtype)
-        total = output_for(self.grad)
-        for rank, ((lo, hi), body) in enumerate(zip(self.bounds, bodies)):
-            decode_sum(self.compressor, [body], total[lo:hi], self.grad.shape, what=repr(self.name),
-                       first_rank=rank)
-        self.compressor.aggregate(total)
-        return total.view(self.grad.shape).to(self.grad.dtype)
+            bodies, finite = framing.unframe(gathered, self.tag, self.ranks, repr(self.name))
+            return regions_aggregate(self.compressor, self.grad, bodies, finite, self.bounds,
+                                     repr(self.name))
 
 
 def start(compressor: Compressor, grad: torch.Tensor, name: str, exchange: Exchange,
           absent: bool = False) -> Wait:
-    """Compresses ``grad`` (nothing when ``absent``: see base.py) and starts phase 1; the handle
+    """Compresses ``grad`` (nothing when ``absent``: see codec.py) and starts phase 1; the handle
     finishes the allreduce and yields the aggregate in ``grad``'s shape and dtype. ``grad``
     must give every rank a chunk (``fits``)."""
     return in_two_rounds(_Reduction(compressor, grad, name, exchange, absent), exchange, name)

@@ -7,7 +7,7 @@ routes its payloads may take (``ROUTES``); which one a tensor takes is decided i
 ``hvd_compress/communication``.
 
 Adding a method: its file here, and its class in ``METHODS`` below. The package exports it,
-``from_spec`` knows it, the catalogue's tests run its ``EXAMPLES``, the benches and the README's
+``from_spec`` knows it, the catalogue's tests run its ``EXAMPLES``, the benches and docs/methods.md's
 method table list it.
 """
 from ..compressor import Compressor
@@ -26,7 +26,7 @@ from .threshold import Threshold
 from .topk import TopK
 from .u8bit import U8Bit
 
-#: every method, by the name ``from_spec`` knows it by, in the README's order
+#: every method, by the name ``from_spec`` knows it by, in the method table's order
 METHODS: dict[str, type[Compressor]] = {cls.name: cls for cls in (
     TopK, OneBit, AdaComp, PowerSGD, DGC, RandomK, Threshold, SignSGD, Signum, EFSignSGD,
     QSGD, TernGrad, U8Bit, Natural)}

@@ -7,7 +7,8 @@ Scales differ per rank, so payloads cannot be summed on the wire: they travel by
 two-phase, as ``communication`` chooses (communication/route.py).
 
 Randomness: a rank's rounding noise is its own. The seed of an encode hashes the ``seed``
-option, the rank (``noise_rank``: Horovod's rank, or 0 before ``hvd.init()``), the piece's
+option, the rank (``noise_rank``: Horovod's or torch.distributed's rank, options.position,
+or 0 before either is initialized), the piece's
 length and how many times this piece has been encoded (``self.states``, checkpointed),
 and entry i of the piece draws ``counter_rng.uniform(seed, i)``. Decoding draws nothing, so
 every rank decodes every payload to the same bits and ranks stay bitwise identical. Pieces of
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from ..compressor import Compressor
-from ..options import is_int, require
+from ..options import is_int, position, require
 from ..kernels import arrays, counter_rng, quantize
 from ..payload import exact_length
 
@@ -37,7 +38,8 @@ class Quantized(Compressor):
         self.scheme = scheme
         self.bucket_size = bucket_size
         self.seed = seed
-        #: the rank that seeds this compressor's noise; None: Horovod's rank (0 before init).
+        #: the rank that seeds this compressor's noise; None: Horovod's or torch.distributed's
+        #: rank (options.position; 0 before init).
         #: A single-process simulation of several ranks sets it (tests/test_horovod.py).
         self.noise_rank: int | None = None
 
@@ -55,9 +57,7 @@ class Quantized(Compressor):
     def _rank(self) -> int:
         if self.noise_rank is not None:
             return self.noise_rank
-        import horovod.torch as hvd
-
-        return hvd.rank() if hvd.is_initialized() else 0
+        return position()[0] or 0
 
     def _encode_seed(self, key: str, n: int) -> int:
         if self.seed is None:  # deterministic rounding

@@ -45,7 +45,7 @@ class Threshold(Compressor):
 
     name = "threshold"
     PAPER = 'Strom, Interspeech 2015'
-    PAYLOAD = 'float32 value + int32 index of every entry above the threshold'
+    PAYLOAD = 'a 4-byte count, then the float32 value + int32 index of every entry above the threshold'
     EXAMPLES = ('threshold:threshold=1.0',)
 
     def __init__(self, threshold: float = 0.01, **kwargs: Any) -> None:
