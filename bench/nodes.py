@@ -38,6 +38,22 @@ def methods() -> list[str]:
     return OTHERS + [with_option(m, f"communication={r}") for m in ROUTED for r in ROUTES] + AUTO
 
 
+def attempt(nodes: int, per_node: int, method: str, model: str, rate: float, steps: int,
+            batch_size: int) -> dict:
+    """One cell's measurement, or what made it fail: a cell that fails (a collective timed out
+    on the oversubscribed cores) is recorded as such, and the sweep goes on."""
+    try:
+        return measure(nodes * per_node, method, model, rate, steps, batch_size, per_node=per_node)
+    except RuntimeError as err:
+        return {"failed": str(err)[-3000:]}
+
+
+def show(cell: dict) -> str:
+    if "failed" in cell:
+        return "failed: " + cell["failed"].strip().splitlines()[-1][:200]
+    return f"{cell['samples_per_s']:8.1f} samples/s  uplink {cell['tx_bytes_per_step'] / 1e6:8.3f} MB/step/node"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="WideMLP, 2 x 4, 100 Mbit/s")
@@ -59,13 +75,11 @@ def main() -> None:
              lambda model=model, nodes=nodes, per_node=per_node, rate=rate, method=method: {
                  "model": model, "nodes": nodes, "per_node": per_node, "rate_mbit": rate,
                  "method": method, "batch_size": args.batch_size,
-                 **measure(nodes * per_node, method, model, rate, args.steps, args.batch_size,
-                           per_node=per_node)}
+                 **attempt(nodes, per_node, method, model, rate, args.steps, args.batch_size)}
              for r in range(args.repeats)
              for model, (nodes, per_node), rate in grid for method in (args.methods or methods())}
     cache = ResultCache("nodes", args.fresh)
-    cache.sweep(cells, lambda c: f"{c['samples_per_s']:8.1f} samples/s  "
-                                 f"uplink {c['tx_bytes_per_step'] / 1e6:8.3f} MB/step/node")
+    cache.sweep(cells, show)
 
 
 if __name__ == "__main__":

@@ -874,6 +874,8 @@ SUMMARY = [
     ("scale_targets", "np=8 on the simulated cluster", ("wire_bytes",)),
     ("powersgd_rank", "our PowerSGD against DDP's hook, rank 1", ("throughput",)),
     ("memory", "peak memory per method", ("memory",)),
+    ("nodes_targets", "clusters of nodes, TopK and OneBit", ("nodes",)),
+    ("ddp_targets", "our DDP hooks against DDP's own", ("ddp",)),
 ]
 WHOLE = {"auto_targets"}
 
@@ -910,6 +912,8 @@ def _node_cells(result: dict) -> dict:
     "auto" for a method left to choose, "" for Horovod's own and PowerSGD."""
     groups: dict = {}
     for cell in result["cells"].values():
+        if "failed" in cell:
+            continue
         method, _, way = cell["method"].partition(",communication=")
         if ":communication=" in method:
             method, way = method.split(":communication=")
@@ -970,8 +974,10 @@ def nodes_targets_table(result: dict) -> str:
             speed = best_node["samples_per_s"] / best_flat
             target = _mark(speed, 2.0) if (per_node, rate) == (4, 100) else f"{speed:.3g}x"
             payload = get("allgather")["uplink"] / (nodes * per_node - 1) if get("allgather") else None
-            bytes_ratio = (f"{best_node['uplink'] / (payload * 2 * (nodes - 1) / nodes):.3g}"
-                           if payload else "")
+            bytes_ratio = ""
+            if payload:
+                ratio = best_node["uplink"] / (payload * 2 * (nodes - 1) / nodes)
+                bytes_ratio = f"{ratio:.3g}" + ((" met" if ratio <= 1.3 else " **not met**") if per_node == 4 else "")
             best = max(best_flat, best_node["samples_per_s"])
             chosen = ""
             if auto:
