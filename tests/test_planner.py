@@ -66,8 +66,8 @@ def test_going_dense_adds_the_residual_to_the_next_gradient_once():
 
 def _conservation(spec: str, steps: int, link=None) -> dict:
     """SGD with lr 1 on w (loss (w * g).sum()): -w is the sum of the aggregates, so with every
-    rank's residual (worker residuals; on nodes, node residuals in worker units: times the
-    node's size, hierarchical.py) it must give the sum of the averaged gradients, whatever routes
+    rank's residual (worker residuals; two-phase server and node residuals in worker units) it
+    must give the sum of the averaged gradients, whatever routes
     the planner tried on the way (dense, compressed, and back). ``link``: what the probe says
     (default: a 10 Mbit/s link)."""
     os.environ.pop("HVD_COMPRESS_LINK_GBIT", None)
@@ -101,10 +101,13 @@ def _conservation(spec: str, steps: int, link=None) -> dict:
     error = 0.0
     for name, p in params.items():
         mine = residuals.get(name, torch.zeros(p.numel())).double().clone()
-        node = residuals.get(f"{name}#node")
-        if node is not None:
-            lo, hi = chunk_bounds(p.numel(), hvd.local_size())[hvd.local_rank()]
-            mine[lo:hi] += hvd.local_size() * node.double()
+        # a two-phase server's region and a node's shard, in worker units (planner.py's folds)
+        for key, parts, part in ((f"{name}#server", hvd.size(), hvd.rank()),
+                                 (f"{name}#node", hvd.local_size(), hvd.local_rank())):
+            piece = residuals.get(key)
+            if piece is not None:
+                lo, hi = chunk_bounds(p.numel(), parts)[part]
+                mine[lo:hi] += parts * piece.double()
         unsent = hvd.allreduce(mine.view(p.shape), op=hvd.Average, name=f"residual.{name}")
         error = max(error, float((-p.detach().double() + unsent - total[name]).abs().max()))
     plan = compressor.stats()["plan"]
