@@ -1068,6 +1068,9 @@ _PLANNED = ("before `auto` measured the link and tried its plans (these runs pla
             "model for a 1 Gbit/s link, the default then)")
 #: results files knowingly older than the code they measure: what changed since, in their label
 OLDER: dict[str, str] = {
+    "kernels": "measured before the quantizers took their noise rank from torch.distributed too "
+               "(methods/quantized.py), the thread pool read torchrun's LOCAL_WORLD_SIZE and Threshold's "
+               "payload description named its count header: no kernel changed",
     "throughput": f"measured {_PLANNED}, before state keyed by parameter name and the registry",
     "breakdown": f"measured {_PLANNED}, before state keyed by parameter name and the registry",
     "convergence": f"measured {_PLANNED} and before the one-pass kernels (which send the same bytes)",
