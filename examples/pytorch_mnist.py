@@ -11,11 +11,8 @@ import os
 import sys
 from typing import Callable
 
-import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
-
-import hvd_compress
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mnist_data import load_mnist  # noqa: E402
@@ -92,22 +89,7 @@ def train(args: argparse.Namespace, model: LeNet5, optimizer: torch.optim.Optimi
 
 
 def main() -> None:
-    args = parse_args()
-    hvd.init()
-    model, optimizer, data = build(args, hvd.size())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    compression = hvd_compress.from_spec(args.compression)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
-
-    def step(loss: torch.Tensor) -> None:
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    training.save(train(args, model, optimizer, data, step, training.horovod_world()), compression,
-                  args, hvd.rank())
+    training.horovod_main(parse_args(), build, train, clipped=False, broadcast_optimizer_state=True)
 
 
 if __name__ == "__main__":

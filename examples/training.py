@@ -191,18 +191,21 @@ def train_language_model(args: argparse.Namespace, model: torch.nn.Module, optim
     return metrics
 
 
-def horovod_main(args: argparse.Namespace, build: Callable, train: Callable) -> None:
-    """Runs a clipped example under Horovod: ``build(args, size)`` the model, optimizer and data,
-    rank 0's parameters broadcast, the optimizer distributed with ``args.compression``, then
-    ``train`` with a step that clips the aggregated gradient to ``args.clip`` the way Horovod
-    documents it: ``synchronize()``, clip, then ``step()`` under ``skip_synchronize()``; the
-    compression report and --metrics at the end."""
+def horovod_main(args: argparse.Namespace, build: Callable, train: Callable, *, clipped: bool = True,
+                 broadcast_optimizer_state: bool = False) -> None:
+    """Runs an example under Horovod: ``build(args, size)`` the model, optimizer and data, rank
+    0's parameters (and, if asked, optimizer state) broadcast, the optimizer distributed with
+    ``args.compression``, then ``train`` with a step that, when ``clipped``, clips the aggregated
+    gradient to ``args.clip`` the way Horovod documents it: ``synchronize()``, clip, then
+    ``step()`` under ``skip_synchronize()``; the compression report and --metrics at the end."""
     import horovod.torch as hvd
     import hvd_compress
 
     hvd.init()
     model, optimizer, data = build(args, hvd.size())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    if broadcast_optimizer_state:
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     compression = hvd_compress.from_spec(args.compression)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
@@ -210,6 +213,9 @@ def horovod_main(args: argparse.Namespace, build: Callable, train: Callable) -> 
     def step(loss: torch.Tensor) -> None:
         optimizer.zero_grad()
         loss.backward()
+        if not clipped:
+            optimizer.step()
+            return
         optimizer.synchronize()
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         with optimizer.skip_synchronize():
