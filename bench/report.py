@@ -1035,6 +1035,40 @@ def ddp_targets_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def ddp_quality_table(result: dict) -> str:
+    """Issue 27's quality target: each design-card method through both front doors (Horovod's
+    DistributedOptimizer, torch DDP's hook) in the same time-to-accuracy cells, PTB first. Same
+    final quality within seed noise: the two medians differ by no more than the wider of the two
+    seed ranges (with one seed a side there is no range to read, so the row says so)."""
+    from time_to_accuracy import DDP_METHODS, summary
+
+    runs = _time_to_accuracy_runs(result)
+    lines = ["| workload | np | link | method | Horovod: s to target | final | DDP hook: s to target | final "
+             "| same final quality (within seed noise) |", "|---" * 9 + "|"]
+    cells = sorted({(c["workload"], c["np"], c["rate_mbit"]) for c in runs},
+                   key=lambda k: (k[0] != "ptb", k[0], -k[1], by_rate(k[2])))
+    for workload, p, rate in cells:
+        here = _cell(runs, workload, p, rate)
+        digits = 2
+        for ddp in DDP_METHODS:
+            method = ddp[len("ddp:"):]
+            ours, theirs = summary(method, here), summary(ddp, here)
+            if ours is None or theirs is None:
+                continue
+            gap = abs(ours["final"] - theirs["final"])
+            noise = max(ours["high"] - ours["low"], theirs["high"] - theirs["low"])
+            verdict = ("one seed: no noise to read" if min(ours["runs"], theirs["runs"]) < 2 else
+                       f"{gap:.{digits}f} apart, noise {noise:.{digits}f}: " + ("met" if gap <= noise else "**not met**"))
+            seconds = ["not reached" if s["seconds"] is None else f"{s['seconds']:.0f}" for s in (ours, theirs)]
+            lines.append(f"| {workload.upper()} | {p} | {rate_label(rate)} | `{method}` | {seconds[0]} | "
+                         f"{_final(ours, digits)} | {seconds[1]} | {_final(theirs, digits)} | {verdict} |")
+    lines += ["", "The same method through Horovod (`--compression METHOD`) and as a torch DDP hook "
+              "(`bench/ddp_train.py --hook METHOD`), the same model, data, seeds and clipping, on the "
+              "simulated cluster; finals are medians over seeds with their range in brackets "
+              "(validation perplexity on PTB, test accuracy % on MNIST)."]
+    return "\n".join(lines)
+
+
 _SUMMARY_FILES = tuple(dict.fromkeys([f for _, _, files in SUMMARY for f in files] + ["cost_model"]))
 
 
@@ -1161,7 +1195,7 @@ WRITTEN_BY = {
     "time_to_accuracy": "sudo .venv/bin/python bench/time_to_accuracy.py --repeats 3",
     "memory": ".venv/bin/python bench/memory.py",
     "nodes": "sudo .venv/bin/python bench/nodes.py",
-    "ddp": "sudo .venv/bin/python bench/throughput.py --results ddp --workers 2 --models resnet18 widemlp "
+    "ddp": "sudo .venv/bin/python bench/throughput.py --results ddp --workers 2 4 --models resnet18 widemlp lstm "
            "--methods ddp:allreduce ddp:fp16 ddp:powersgd:1 ddp:powersgd:4 ddp:topk:ratio=0.01 ddp:onebit "
            "ddp:adacomp ddp:powersgd:rank=1",
     "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
@@ -1225,6 +1259,7 @@ TABLES: dict[str, Table] = {
     "nodes": Table(("nodes",), nodes_table),
     "ddp": Table(("ddp",), ddp_table),
     "ddp_targets": Table(("ddp",), ddp_targets_table),
+    "ddp_quality": Table(("time_to_accuracy",), ddp_quality_table),
     "nodes_targets": Table(("nodes",), nodes_targets_table),
     "planning": Table(("auto",), planning_table),
     "choice": Table(("throughput", "auto", "convergence", "time_to_accuracy"), choice_table),

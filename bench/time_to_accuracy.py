@@ -16,6 +16,8 @@ What the runs are, chosen for this 2-core machine:
 
 * MNIST: LeNet-5, 3 epochs, 4 test points an epoch (at np=4, 2 epochs of the example's
   recipe end just short of 98%).
+* Each design-card method also runs as a torch DDP hook (``ddp:topk:ratio=0.01``, ...), the
+  same model, data and clipping under bench/ddp_train.py: the two front doors side by side.
 * PTB: the 2.8M-parameter LSTM of examples/pytorch_ptb_lm.py, one epoch over the first half of
   the training text (465k words), 8 validation points. Both models' compute is one
   core per worker (at np=4 two workers share a core): the balance of compute and communication
@@ -61,8 +63,11 @@ WORKLOADS = {
             "options": ["--epochs", "1", "--train-fraction", "0.5", "--evals-per-epoch", "8"],
             "quick": ["--epochs", "1", "--train-fraction", "0.05", "--evals-per-epoch", "2"]},
 }
+#: the design-card methods as torch DDP hooks (hvd_compress.ddp under bench/ddp_train.py): the
+#: same method through the other front door, for issue 27's "same final quality as Horovod"
+DDP_METHODS = ["ddp:topk:ratio=0.01", "ddp:onebit", "ddp:adacomp"]
 METHODS = ["none", "fp16", "topk:ratio=0.01", "onebit", "adacomp", "powersgd:rank=1",
-           "ddp:powersgd:1"]
+           "ddp:powersgd:1", *DDP_METHODS]
 PTB_ONLY = ["topk:ratio=0.001"]  # DGC's regime: the 0.1% target is on the language model
 # PTB without error feedback, at the slow link only: the convergence ablation, not a race
 ABLATIONS = [with_option(c, "error_feedback=false") for c in ("topk:ratio=0.01", "onebit", "adacomp")]
