@@ -2,6 +2,10 @@
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
+import time
 from typing import Callable
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -42,6 +46,25 @@ class ResultCache:
                 self.put(key, measure())
             print("    " + show(self.get(key)), flush=True)
         progress(len(cells), len(cells), "done")
+
+
+def horovodrun_metrics(workers: int, argv: list[str], timeout: float = 3600) -> dict:
+    """Runs a training example (``argv``: its path and options, without ``--metrics``) under
+    horovodrun on ``workers`` gloo ranks of this machine and returns what its rank 0 wrote with
+    ``--metrics``, plus the run's wall-clock seconds (start-up and evaluation included)."""
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "metrics.json")
+        started = time.perf_counter()
+        run = subprocess.run([horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", "--gloo",
+                              sys.executable, *argv, "--metrics", metrics],
+                             capture_output=True, text=True, timeout=timeout)
+        if run.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} at np={workers} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+        with open(metrics) as f:
+            result = json.load(f)
+    result["wall_s"] = time.perf_counter() - started
+    return result
 
 
 def load(name: str) -> dict | None:

@@ -14,19 +14,15 @@ Writes bench/results/convergence.json (cached per cell: an interrupted run re-ru
 finished cells; --fresh starts over) and bench/results/accuracy.png, loss.png. No root needed.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 import hvd_compress as hc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_catalogue import CATALOGUE, COMPRESSORS, OPTIMIZER  # noqa: E402
-from common import ResultCache, with_option  # noqa: E402
+from common import ResultCache, horovodrun_metrics, with_option  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_mnist.py")
 # (spec, error feedback); None: Horovod's own, which has none to turn off
@@ -36,20 +32,8 @@ METHODS = ([("none", None), ("fp16", None)] + [(c, True) for c in COMPRESSORS]
 
 
 def train(workers: int, spec: str, epochs: int, seed: int) -> dict:
-    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
-    with tempfile.TemporaryDirectory() as tmp:
-        metrics = os.path.join(tmp, "metrics.json")
-        started = time.perf_counter()
-        run = subprocess.run([horovodrun, "-np", str(workers), "-H", f"localhost:{workers}",
-                              "--gloo", sys.executable, EXAMPLE, "--compression", spec,
-                              "--epochs", str(epochs), "--seed", str(seed), "--metrics", metrics,
-                              *OPTIMIZER.get(spec.split(":")[0], [])],
-                             capture_output=True, text=True, timeout=3600)
-        if run.returncode != 0:
-            raise RuntimeError(f"{spec} at np={workers} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
-        with open(metrics) as f:
-            result = json.load(f)
-    result["wall_s"] = time.perf_counter() - started
+    result = horovodrun_metrics(workers, [EXAMPLE, "--compression", spec, "--epochs", str(epochs),
+                                          "--seed", str(seed), *OPTIMIZER.get(spec.split(":")[0], [])])
     result["optimizer"] = " ".join(OPTIMIZER.get(spec.split(":")[0], [])) or "example's"
     return result
 

@@ -211,9 +211,36 @@ def time_to_accuracy(result: dict) -> list[str]:
     return paths
 
 
+def quality(result: dict) -> list[str]:
+    """Validation perplexity against optimizer steps on the converged language model, one line
+    per method (its median seed), the quick runs apart from the full ones."""
+    from quality import median_run
+
+    runs = list(result["cells"].values())
+    if any(not r["quick"] for r in runs):
+        runs = [r for r in runs if not r["quick"]]
+    fig, axes = _panels(sorted({r["model"] for r in runs}), lambda m: f"PTB {m}, np={runs[0]['np']}, converged")
+    for model, ax in axes.items():
+        methods = list(dict.fromkeys(r["method"] for r in runs if r["model"] == model))
+        for i, method in enumerate(methods):
+            mine = [r for r in runs if (r["model"], r["method"]) == (model, method)]
+            run = median_run(mine)
+            ax.plot([e * run["steps_per_epoch"] for e, _ in run["valid_perplexity"]],
+                    [v for _, v in run["valid_perplexity"]], marker=".", color=f"C{i % 10}",
+                    linestyle=["-", "--"][i // 10 % 2],
+                    label=method + (f" (median of {len(mine)})" if len(mine) > 1 else ""))
+        ax.set_yscale("log")
+        _plain_log(ax.yaxis)
+        ax.set_xlabel("optimizer steps")
+        ax.set_ylabel("validation perplexity (log)")
+        ax.legend(fontsize=7)
+    return [_save(fig, "quality.png")]
+
+
 def main() -> None:
     for name, draw in [("throughput", throughput), ("convergence", convergence), ("kernels", kernels),
-                       ("cost_model", cost_model), ("time_to_accuracy", time_to_accuracy)]:
+                       ("cost_model", cost_model), ("time_to_accuracy", time_to_accuracy),
+                       ("quality", quality)]:
         result = load(name)
         if result is not None:
             print("wrote", *draw(result))

@@ -1069,6 +1069,43 @@ def ddp_quality_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+# --- converged language models (bench/quality.py) ------------------------------------------------
+def quality_table(result: dict) -> str:
+    """Issue 31's quality targets on the converged LSTM: each method's final validation
+    perplexity (median over its seeds) against uncompressed Horovod's, and the steps each needed
+    to reach uncompressed training's final +2% and its own final."""
+    from quality import DEFAULT_WITHIN, WITHIN, median_run, steps_to
+
+    runs = list(result["cells"].values())
+    if any(not r["quick"] for r in runs):
+        runs = [r for r in runs if not r["quick"]]
+    lines = ["| model | method | runs | final valid perplexity | final test perplexity | vs `none` (target) "
+             "| steps to `none`'s final +2% | steps to its own final |", "|---" * 8 + "|"]
+    for model in dict.fromkeys(r["model"] for r in runs):
+        mine = {m: [r for r in runs if (r["model"], r["method"]) == (model, m)]
+                for m in dict.fromkeys(r["method"] for r in runs if r["model"] == model)}
+        dense = median_run(mine["none"])["valid_perplexity"][-1][1] if "none" in mine else None
+        for method, these in mine.items():
+            finals = sorted(r["valid_perplexity"][-1][1] for r in these)
+            run = median_run(these)
+            final = run["valid_perplexity"][-1][1]
+            spread = f" [{finals[0]:.1f}-{finals[-1]:.1f}]" if len(finals) > 1 else ""
+            within = WITHIN.get(method, DEFAULT_WITHIN)
+            versus = "" if dense is None or method == "none" else (
+                f"{final / dense:.3f}x (<= {1 + within:g}x: {'met' if final <= dense * (1 + within) else '**not met**'})")
+            reach = None if dense is None else steps_to(run, dense * 1.02)
+            lines.append(f"| {model.upper()} | `{method}` | {len(these)} | {final:.1f}{spread} | "
+                         f"{run['test_perplexity'][-1][1]:.1f} | {versus} | "
+                         f"{'never' if reach is None else f'{reach:.0f}'} | {steps_to(run, final):.0f} |")
+    options = " ".join(runs[0]["options"])
+    lines += ["", f"np={runs[0]['np']} on loopback, `examples/pytorch_ptb_lm.py {options}`: validation "
+              f"perplexity at the end of training (the median seed's, the range over seeds in brackets), "
+              f"the test perplexity of the same run, and the steps until the first validation point "
+              f"at or below the target (at the validation points, `--evals-per-epoch` an epoch). Targets: within 3% of `none`'s final "
+              f"(TopK 0.1% within 5%). By `bench/quality.py`."]
+    return "\n".join(lines)
+
+
 _SUMMARY_FILES = tuple(dict.fromkeys([f for _, _, files in SUMMARY for f in files] + ["cost_model"]))
 
 
@@ -1095,6 +1132,8 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "memory": (_PACKAGE, "bench/memory.py", "bench/memory_worker.py"),
     "nodes": (_PACKAGE, "bench/nodes.py", *_NETSIM),
     "ddp": (_PACKAGE, "bench/ddp_worker.py", *_NETSIM),
+    "quality": (_PACKAGE, "bench/quality.py", "examples/pytorch_ptb_lm.py", "examples/training.py",
+                "examples/models.py"),
     "cost_model": ("bench/cost_model.py", "bench/cpu_probe.py", "hvd_compress/communication/cost.py",
                    "hvd_compress/communication/route.py", "hvd_compress/methods/"),
 }
@@ -1198,6 +1237,7 @@ WRITTEN_BY = {
     "ddp": "sudo .venv/bin/python bench/throughput.py --results ddp --workers 2 4 --models resnet18 widemlp lstm "
            "--methods ddp:allreduce ddp:fp16 ddp:powersgd:1 ddp:powersgd:4 ddp:topk:ratio=0.01 ddp:onebit "
            "ddp:adacomp ddp:powersgd:rank=1",
+    "quality": ".venv/bin/python bench/quality.py",
     "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
                   ".venv/bin/python bench/cost_model.py",
 }
@@ -1260,6 +1300,7 @@ TABLES: dict[str, Table] = {
     "ddp": Table(("ddp",), ddp_table),
     "ddp_targets": Table(("ddp",), ddp_targets_table),
     "ddp_quality": Table(("time_to_accuracy",), ddp_quality_table),
+    "quality": Table(("quality",), quality_table),
     "nodes_targets": Table(("nodes",), nodes_targets_table),
     "planning": Table(("auto",), planning_table),
     "choice": Table(("throughput", "auto", "convergence", "time_to_accuracy"), choice_table),

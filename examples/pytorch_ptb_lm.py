@@ -6,7 +6,9 @@
 A 2-layer LSTM (examples/models.py) trained with truncated back-propagation through time and
 plain SGD, the recipe of Zaremba et al. (2014) and PyTorch's word_language_model example: learning
 rate 20, gradients clipped to norm 0.25, divided by 4 after an epoch whose validation
-perplexity did not improve. The clipping applies to the aggregated gradient, the way Horovod
+perplexity did not improve, or, with ``--halve-after N``, halved after epoch N and every later
+one (Zaremba et al.'s schedule for a fixed number of epochs; the converged runs of
+bench/quality.py use it). The clipping applies to the aggregated gradient, the way Horovod
 documents it: ``synchronize()``, clip, then ``step()`` under ``skip_synchronize()``.
 
 Size (width 128, 2 layers, 2.8M parameters, 11 MB of fp32 gradient a step): small enough that an
@@ -37,8 +39,12 @@ from training import World  # noqa: E402
 
 
 def parse_args(extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
-    return training.language_model_parser(__doc__.splitlines()[0], extra, bptt=35, width=128, layers=2,
-                                          lr=20.0, clip=0.25).parse_args()
+    parser = training.language_model_parser(__doc__.splitlines()[0], extra, bptt=35, width=128, layers=2,
+                                             lr=20.0, clip=0.25)
+    parser.add_argument("--halve-after", type=int, default=0, metavar="N",
+                        help="halve the learning rate after epoch N and every later one "
+                             "(default 0: divide it by 4 after an epoch that did not improve)")
+    return parser.parse_args()
 
 
 def build(args: argparse.Namespace, size: int) -> tuple[LSTMLanguageModel, torch.optim.Optimizer, dict]:
@@ -51,21 +57,31 @@ def build(args: argparse.Namespace, size: int) -> tuple[LSTMLanguageModel, torch
     return model, torch.optim.SGD(model.parameters(), lr=args.lr), streams
 
 
+def decay_factor(epoch: int, valid: float, best: float, halve_after: int) -> float:
+    """What the learning rate is multiplied by after ``epoch`` (counted from 1): 1/2 from epoch
+    ``halve_after`` on; with no such schedule (0), 1/4 when this epoch's validation perplexity
+    ``valid`` did not improve on the ``best`` before it."""
+    if halve_after:
+        return 0.5 if epoch >= halve_after else 1.0
+    return 0.25 if valid >= best else 1.0
+
+
 def train(args: argparse.Namespace, model: LSTMLanguageModel, optimizer: torch.optim.Optimizer,
           streams: dict, step: Callable[[torch.Tensor], None], world: World) -> dict:
     """Trains ``model``; ``step(loss)`` back-propagates, aggregates, clips and updates. The
-    learning rate is divided by 4 after an epoch whose validation perplexity did not improve."""
+    learning rate is divided by 4 after an epoch whose validation perplexity did not improve,
+    or halved after each epoch from ``--halve-after`` on."""
     best = math.inf
 
-    def decay_on_plateau(metrics: dict) -> None:
+    def decay(metrics: dict) -> None:
         nonlocal best
-        if metrics["valid_perplexity"][-1][1] >= best:
-            for group in optimizer.param_groups:
-                group["lr"] /= 4
-        best = min(best, metrics["valid_perplexity"][-1][1])
+        valid = metrics["valid_perplexity"][-1][1]
+        factor = decay_factor(len(metrics["test_perplexity"]), valid, best, args.halve_after)
+        for group in optimizer.param_groups:
+            group["lr"] *= factor
+        best = min(best, valid)
 
-    return training.train_language_model(args, model, optimizer, streams, step, world,
-                                         after_epoch=decay_on_plateau)
+    return training.train_language_model(args, model, optimizer, streams, step, world, after_epoch=decay)
 
 
 def main() -> None:

@@ -63,3 +63,31 @@ def test_time_to_accuracy_takes_the_median_over_seeds():
     cell[4]["valid_perplexity"][-1] = (1, 690)  # now two of three runs never reach the target
     assert tta.summary("topk", cell)["seconds"] is None
     assert tta.summary("powersgd", cell) is None
+
+
+def _quality_run(method: str, seed: int, perplexities: list[float]) -> dict:
+    return {"model": "lstm", "np": 4, "method": method, "seed": seed, "options": ["--epochs", "2"], "quick": False,
+            "steps_per_epoch": 100, "valid_perplexity": [(0.5 * (i + 1), p) for i, p in enumerate(perplexities)],
+            "test_perplexity": [(2, perplexities[-1] * 0.97)]}
+
+
+def test_converged_quality_reads_steps_and_targets():
+    import quality
+
+    # the example's own count: 8 streams a worker at np=4, 35 words a step, over 2% of the text
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    from ptb_data import load_ptb, shard_columns
+
+    text = load_ptb()[1]["train"]
+    columns = shard_columns(text[:int(0.02 * len(text))], 0, 4, 8)
+    assert quality.steps_per_epoch(quality.QUICK) == len(list(range(0, len(columns) - 1, 35)))
+    runs = [_quality_run("none", 42, [300, 200, 150, 140]), _quality_run("none", 43, [300, 210, 160, 150]),
+            _quality_run("none", 44, [300, 220, 170, 160]), _quality_run("adacomp", 42, [400, 250, 170, 152]),
+            _quality_run("topk:ratio=0.001", 42, [400, 250, 160, 156])]
+    assert quality.median_run(runs[:3])["seed"] == 43
+    assert quality.steps_to(runs[3], 153) == 200 and quality.steps_to(runs[3], 151) is None
+    table = report.quality_table({"cells": {str(i): r for i, r in enumerate(runs)}})
+    # none's median final is 150: AdaComp's 152 is within 3%, TopK 0.1%'s 156 within its 5%
+    assert "| LSTM | `none` | 3 | 150.0 [140.0-160.0] |" in table
+    assert "1.013x (<= 1.03x: met) | 200 | 200 |" in table  # 153 (150 + 2%) first met at its end
+    assert "1.040x (<= 1.05x: met)" in table

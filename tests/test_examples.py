@@ -46,6 +46,15 @@ def test_ptb_language_model_under_horovodrun(tmp_path):
     assert {"embedding.weight", "softmax.weight"} <= set(result["per_tensor"])
 
 
+def test_ptb_language_model_learning_rate_schedules():
+    from pytorch_ptb_lm import decay_factor
+
+    # Zaremba et al.'s fixed schedule: halved after epoch 4 and every later one, whatever the curve
+    assert [decay_factor(epoch, 100.0, 90.0, 4) for epoch in (1, 3, 4, 5, 8)] == [1, 1, 0.5, 0.5, 0.5]
+    # on a plateau only: divided by 4 when the epoch did not improve on the best before it
+    assert decay_factor(2, 90.0, 90.0, 0) == 0.25 and decay_factor(2, 89.9, 90.0, 0) == 1
+
+
 def test_ptb_transformer_under_horovodrun(tmp_path):
     # a narrow one-layer model on five steps of 32-word contexts: the evaluations, over all of
     # valid and test, cost what the default model's would not fit in a test

@@ -1,0 +1,103 @@
+"""Final quality on a converged language model: examples/pytorch_ptb_lm.py's LSTM trained with
+SGD to the end of a fixed learning-rate schedule at np=4, per method and seed, on loopback.
+
+    .venv/bin/python bench/quality.py                           # every method of METHODS, seed 42
+    .venv/bin/python bench/quality.py --methods none onebit --seeds 42 43 44
+    .venv/bin/python bench/quality.py --quick                   # 2 short epochs, a smoke test
+
+Why loopback and not the simulated cluster: the steps a method needs to reach a perplexity do
+not depend on the link, and here the run's compute is what costs (an epoch at np=4 is about 830
+steps; a converged run takes on the order of twenty minutes on this 2-core machine). Time to
+quality on a slow link is those steps times the method's step time on that link, which the
+throughput benches measure.
+
+The recipe (``RECIPE``): 8 streams per worker (32 at np=4, 830 steps an epoch: Zaremba et al.'s
+small model takes 20 streams; more streams a step mean fewer steps an epoch, which with the
+gradient clipped to 0.25 slows learning per word), 35 words a segment, learning rate 20 for 4
+epochs, then halved after each epoch (Zaremba et al.'s schedule), 8 epochs. What it reaches
+uncompressed is the table's first row (docs/benchmarks.md, "Converged language models").
+
+Writes bench/results/quality.json (cached per run: a re-run skips finished runs; --fresh starts
+over) and quality.png (validation perplexity against steps). No root needed.
+"""
+import argparse
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from common import ResultCache, horovodrun_metrics  # noqa: E402
+
+EXAMPLES = os.path.join(HERE, "..", "examples")
+WORKERS = 4
+RECIPE = ["--epochs", "8", "--batch-size", "8", "--bptt", "35", "--halve-after", "4", "--evals-per-epoch", "2"]
+QUICK = ["--epochs", "2", "--batch-size", "8", "--train-fraction", "0.02", "--halve-after", "1",
+         "--evals-per-epoch", "1"]
+#: uncompressed and the design-card methods first: a partial sweep still answers the main question
+METHODS = ["none", "topk:ratio=0.01", "onebit", "adacomp", "fp16", "topk:ratio=0.001", "powersgd:rank=1",
+           "dgc", "efsignsgd", "qsgd"]
+#: issue 31's targets: final perplexity at most this much above uncompressed training's
+WITHIN = {"topk:ratio=0.001": 0.05}
+DEFAULT_WITHIN = 0.03
+
+
+def steps_per_epoch(options: list[str], workers: int = WORKERS) -> int:
+    """Optimizer steps in one epoch of the LSTM example with ``options`` at ``workers`` ranks
+    (the example's own sharding: examples/ptb_data.py)."""
+    sys.path.insert(0, EXAMPLES)
+    from ptb_data import load_ptb
+
+    value = {k: v for k, v in zip(options, options[1:])}
+    train = load_ptb()[1]["train"]
+    words = int(float(value.get("--train-fraction", 1.0)) * len(train))
+    rows = words // (workers * int(value["--batch-size"]))
+    return math.ceil((rows - 1) / int(value.get("--bptt", 35)))
+
+
+def steps_to(run: dict, perplexity: float) -> float | None:
+    """Optimizer steps until ``run``'s first validation point at ``perplexity`` or lower (None:
+    never)."""
+    for epochs, value in run["valid_perplexity"]:
+        if value <= perplexity:
+            return epochs * run["steps_per_epoch"]
+    return None
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run whose final validation perplexity is the median of ``runs``' (the lower middle
+    one for an even count)."""
+    ordered = sorted(runs, key=lambda r: r["valid_perplexity"][-1][1])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def train(method: str, options: list[str], seed: int) -> dict:
+    result = horovodrun_metrics(WORKERS, [os.path.join(EXAMPLES, "pytorch_ptb_lm.py"), "--compression", method,
+                                          *options, "--seed", str(seed)], timeout=3 * 3600)
+    result["steps_per_epoch"] = steps_per_epoch(options)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 epochs over 2%% of the text")
+    parser.add_argument("--fresh", action="store_true", help="ignore cached runs")
+    parser.add_argument("--methods", nargs="+", default=METHODS, metavar="SPEC")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42])
+    args = parser.parse_args()
+    options = QUICK if args.quick else RECIPE
+    cells = {f"lstm|np={WORKERS}|{method}|{' '.join(options)}|seed={seed}":
+             lambda method=method, seed=seed: {"model": "lstm", "np": WORKERS, "method": method, "seed": seed,
+                                               "options": options, "quick": args.quick,
+                                               **train(method, options, seed)}
+             for seed in args.seeds for method in args.methods}
+    cache = ResultCache("quality", args.fresh)
+    cache.sweep(cells, lambda c: f"final valid perplexity {c['valid_perplexity'][-1][1]:.1f}, "
+                                 f"test {c['test_perplexity'][-1][1]:.1f} ({c['wall_s']:.0f} s)")
+    import plots
+
+    print("wrote", *plots.quality(cache.data))
+
+
+if __name__ == "__main__":
+    main()
