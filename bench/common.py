@@ -48,17 +48,20 @@ class ResultCache:
         progress(len(cells), len(cells), "done")
 
 
-def horovodrun_metrics(workers: int, argv: list[str], timeout: float = 3600) -> dict:
-    """Runs a training example (``argv``: its path and options, without ``--metrics``) under
-    horovodrun on ``workers`` gloo ranks of this machine and returns what its rank 0 wrote with
-    ``--metrics``, plus the run's wall-clock seconds (start-up and evaluation included)."""
-    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+def launch_metrics(workers: int, argv: list[str], timeout: float = 3600, ddp: bool = False) -> dict:
+    """Runs a training script (``argv``: its path and options, without ``--metrics``) on
+    ``workers`` gloo ranks of this machine, under horovodrun or, with ``ddp``, torchrun, and
+    returns what its rank 0 wrote with ``--metrics``, plus the run's wall-clock seconds (start-up
+    and evaluation included)."""
+    bin = os.path.dirname(sys.executable)
+    launcher = ([os.path.join(bin, "torchrun"), "--standalone", "--nproc_per_node", str(workers)] if ddp else
+                [os.path.join(bin, "horovodrun"), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo",
+                 sys.executable])
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.json")
         started = time.perf_counter()
-        run = subprocess.run([horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", "--gloo",
-                              sys.executable, *argv, "--metrics", metrics],
-                             capture_output=True, text=True, timeout=timeout)
+        run = subprocess.run([*launcher, *argv, "--metrics", metrics], capture_output=True, text=True,
+                             timeout=timeout)
         if run.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} at np={workers} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
         with open(metrics) as f:

@@ -22,7 +22,7 @@ import hvd_compress as hc
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_catalogue import CATALOGUE, COMPRESSORS, OPTIMIZER  # noqa: E402
-from common import ResultCache, horovodrun_metrics, with_option  # noqa: E402
+from common import ResultCache, launch_metrics, with_option  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "pytorch_mnist.py")
 # (spec, error feedback); None: Horovod's own, which has none to turn off
@@ -32,8 +32,8 @@ METHODS = ([("none", None), ("fp16", None)] + [(c, True) for c in COMPRESSORS]
 
 
 def train(workers: int, spec: str, epochs: int, seed: int) -> dict:
-    result = horovodrun_metrics(workers, [EXAMPLE, "--compression", spec, "--epochs", str(epochs),
-                                          "--seed", str(seed), *OPTIMIZER.get(spec.split(":")[0], [])])
+    result = launch_metrics(workers, [EXAMPLE, "--compression", spec, "--epochs", str(epochs),
+                                      "--seed", str(seed), *OPTIMIZER.get(spec.split(":")[0], [])])
     result["optimizer"] = " ".join(OPTIMIZER.get(spec.split(":")[0], [])) or "example's"
     return result
 

@@ -1,8 +1,9 @@
 """Final quality on a converged language model: examples/pytorch_ptb_lm.py's LSTM trained with
 SGD to the end of a fixed learning-rate schedule at np=4, per method and seed, on loopback.
 
-    .venv/bin/python bench/quality.py                           # every method of METHODS, seed 42
+    .venv/bin/python bench/quality.py                           # every method of METHODS and DDP_METHODS, seed 42
     .venv/bin/python bench/quality.py --methods none onebit --seeds 42 43 44
+    .venv/bin/python bench/quality.py --methods ddp:onebit      # OneBit as a torch DDP hook
     .venv/bin/python bench/quality.py --quick                   # 2 short epochs, a smoke test
 
 Why loopback and not the simulated cluster: the steps a method needs to reach a perplexity do
@@ -27,7 +28,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import ResultCache, horovodrun_metrics  # noqa: E402
+from common import ResultCache, launch_metrics  # noqa: E402
 
 EXAMPLES = os.path.join(HERE, "..", "examples")
 WORKERS = 4
@@ -37,6 +38,8 @@ QUICK = ["--epochs", "2", "--batch-size", "8", "--train-fraction", "0.02", "--ha
 #: uncompressed and the design-card methods first: a partial sweep still answers the main question
 METHODS = ["none", "topk:ratio=0.01", "onebit", "adacomp", "fp16", "topk:ratio=0.001", "powersgd:rank=1",
            "dgc", "efsignsgd", "qsgd"]
+#: the design-card methods through the other front door (issue 27's "same final quality")
+DDP_METHODS = ["ddp:topk:ratio=0.01", "ddp:onebit", "ddp:adacomp"]
 #: issue 31's targets: final perplexity at most this much above uncompressed training's
 WITHIN = {"topk:ratio=0.001": 0.05}
 DEFAULT_WITHIN = 0.03
@@ -72,8 +75,12 @@ def median_run(runs: list[dict]) -> dict:
 
 
 def train(method: str, options: list[str], seed: int) -> dict:
-    result = horovodrun_metrics(WORKERS, [os.path.join(EXAMPLES, "pytorch_ptb_lm.py"), "--compression", method,
-                                          *options, "--seed", str(seed)], timeout=3 * 3600)
+    """One run: ``method`` an hvd_compress spec under Horovod, or ``ddp:SPEC``, the same method as
+    a torch DDP hook (bench/ddp_train.py under torchrun)."""
+    ddp = method.startswith("ddp:")
+    head = ([os.path.join(HERE, "ddp_train.py"), "ptb", "--hook", method[len("ddp:"):]] if ddp else
+            [os.path.join(EXAMPLES, "pytorch_ptb_lm.py"), "--compression", method])
+    result = launch_metrics(WORKERS, [*head, *options, "--seed", str(seed)], timeout=3 * 3600, ddp=ddp)
     result["steps_per_epoch"] = steps_per_epoch(options)
     return result
 
@@ -82,7 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 epochs over 2%% of the text")
     parser.add_argument("--fresh", action="store_true", help="ignore cached runs")
-    parser.add_argument("--methods", nargs="+", default=METHODS, metavar="SPEC")
+    parser.add_argument("--methods", nargs="+", default=METHODS + DDP_METHODS, metavar="SPEC")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
     args = parser.parse_args()
     options = QUICK if args.quick else RECIPE

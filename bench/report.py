@@ -876,6 +876,8 @@ SUMMARY = [
     ("memory", "peak memory per method", ("memory",)),
     ("nodes_targets", "clusters of nodes, TopK and OneBit", ("nodes",)),
     ("ddp_targets", "our DDP hooks against DDP's own", ("ddp",)),
+    ("ddp_quality", "the same method as a DDP hook and through Horovod", ("time_to_accuracy",)),
+    ("quality", "LSTM on PTB trained to the end of its schedule, np=4", ("quality",)),
 ]
 WHOLE = {"auto_targets"}
 
@@ -1080,29 +1082,33 @@ def quality_table(result: dict) -> str:
     if any(not r["quick"] for r in runs):
         runs = [r for r in runs if not r["quick"]]
     lines = ["| model | method | runs | final valid perplexity | final test perplexity | vs `none` (target) "
-             "| steps to `none`'s final +2% | steps to its own final |", "|---" * 8 + "|"]
+             "| steps to `none`'s final +2% | steps to its own final | DDP hook vs Horovod |", "|---" * 9 + "|"]
     for model in dict.fromkeys(r["model"] for r in runs):
         mine = {m: [r for r in runs if (r["model"], r["method"]) == (model, m)]
                 for m in dict.fromkeys(r["method"] for r in runs if r["model"] == model)}
-        dense = median_run(mine["none"])["valid_perplexity"][-1][1] if "none" in mine else None
+        finals = {m: median_run(these)["valid_perplexity"][-1][1] for m, these in mine.items()}
+        dense = finals.get("none")
         for method, these in mine.items():
-            finals = sorted(r["valid_perplexity"][-1][1] for r in these)
+            seeds = sorted(r["valid_perplexity"][-1][1] for r in these)
             run = median_run(these)
             final = run["valid_perplexity"][-1][1]
-            spread = f" [{finals[0]:.1f}-{finals[-1]:.1f}]" if len(finals) > 1 else ""
+            spread = f" [{seeds[0]:.1f}-{seeds[-1]:.1f}]" if len(seeds) > 1 else ""
             within = WITHIN.get(method, DEFAULT_WITHIN)
             versus = "" if dense is None or method == "none" else (
                 f"{final / dense:.3f}x (<= {1 + within:g}x: {'met' if final <= dense * (1 + within) else '**not met**'})")
             reach = None if dense is None else steps_to(run, dense * 1.02)
             lines.append(f"| {model.upper()} | `{method}` | {len(these)} | {final:.1f}{spread} | "
                          f"{run['test_perplexity'][-1][1]:.1f} | {versus} | "
-                         f"{'never' if reach is None else f'{reach:.0f}'} | {steps_to(run, final):.0f} |")
+                         f"{'never' if reach is None else f'{reach:.0f}'} | {steps_to(run, final):.0f} | "
+                         + (f"{final / finals[method[4:]]:.3f}x" if method[4:] in finals and method.startswith("ddp:")
+                            else "") + " |")
     options = " ".join(runs[0]["options"])
     lines += ["", f"np={runs[0]['np']} on loopback, `examples/pytorch_ptb_lm.py {options}`: validation "
               f"perplexity at the end of training (the median seed's, the range over seeds in brackets), "
               f"the test perplexity of the same run, and the steps until the first validation point "
               f"at or below the target (at the validation points, `--evals-per-epoch` an epoch). Targets: within 3% of `none`'s final "
-              f"(TopK 0.1% within 5%). By `bench/quality.py`."]
+              f"(TopK 0.1% within 5%). `ddp:METHOD`: the method as a torch DDP hook (bench/ddp_train.py), "
+              f"its final beside the same method's through Horovod. By `bench/quality.py`."]
     return "\n".join(lines)
 
 

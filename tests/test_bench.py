@@ -83,11 +83,12 @@ def test_converged_quality_reads_steps_and_targets():
     assert quality.steps_per_epoch(quality.QUICK) == len(list(range(0, len(columns) - 1, 35)))
     runs = [_quality_run("none", 42, [300, 200, 150, 140]), _quality_run("none", 43, [300, 210, 160, 150]),
             _quality_run("none", 44, [300, 220, 170, 160]), _quality_run("adacomp", 42, [400, 250, 170, 152]),
-            _quality_run("topk:ratio=0.001", 42, [400, 250, 160, 156])]
+            _quality_run("topk:ratio=0.001", 42, [400, 250, 160, 156]), _quality_run("ddp:adacomp", 42, [400, 250, 170, 148])]
     assert quality.median_run(runs[:3])["seed"] == 43
     assert quality.steps_to(runs[3], 153) == 200 and quality.steps_to(runs[3], 151) is None
     table = report.quality_table({"cells": {str(i): r for i, r in enumerate(runs)}})
     # none's median final is 150: AdaComp's 152 is within 3%, TopK 0.1%'s 156 within its 5%
     assert "| LSTM | `none` | 3 | 150.0 [140.0-160.0] |" in table
-    assert "1.013x (<= 1.03x: met) | 200 | 200 |" in table  # 153 (150 + 2%) first met at its end
+    assert "1.013x (<= 1.03x: met) | 200 | 200 |  |" in table  # 153 (150 + 2%) first met at its end
+    assert "0.987x (<= 1.03x: met) | 200 | 200 | 0.974x |" in table  # the DDP hook beside Horovod's AdaComp
     assert "1.040x (<= 1.05x: met)" in table
