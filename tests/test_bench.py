@@ -92,3 +92,16 @@ def test_converged_quality_reads_steps_and_targets():
     assert "1.013x (<= 1.03x: met) | 200 | 200 |  |" in table  # 153 (150 + 2%) first met at its end
     assert "0.987x (<= 1.03x: met) | 200 | 200 | 0.974x |" in table  # the DDP hook beside Horovod's AdaComp
     assert "1.040x (<= 1.05x: met)" in table
+    # time to quality, computed: steps to 153 x the step on the simulated link
+    cells = {str(i): r for i, r in enumerate(runs + [_quality_run("fp16", 42, [300, 200, 155, 150])])}
+    for method, step_s in (("none", 2.0), ("fp16", 1.0), ("adacomp", 0.2), ("ddp:adacomp", 0.1)):
+        cells[f"step {method}"] = {"kind": "step", "method": method, "rate_mbit": 100, "step_s": step_s}
+    cells["check"] = {"kind": "check", "method": "none", "rate_mbit": 100, "points": [(80, 175.0), (160, 343.0)]}
+    table = report.time_to_quality_table({"cells": cells})
+    assert "| `none` | 400 |  | 0.50x | 400 |" in table  # 200 steps of 2 s
+    # the best method (the DDP hook, 200 steps of 0.1 s) carries the targets' marks, the others ratios
+    assert "| `ddp:adacomp` | 20 | 20x met | 10x met | 20 |" in table
+    assert "| `adacomp` | 40 | 10.00x | 5.00x | 40 |" in table
+    assert "| `topk:ratio=0.001` |  |  |  |  |" in table  # not timed
+    # the second half's 80 steps took 168 s, 160 s computed; the first half 15 s more than computed
+    assert "| 100 Mbit/s | `none` | 80 | 168.0 | 160.0 | 1.05 (met) | 15.0 |" in table
