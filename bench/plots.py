@@ -214,11 +214,9 @@ def time_to_accuracy(result: dict) -> list[str]:
 def quality(result: dict) -> list[str]:
     """Validation perplexity against optimizer steps on the converged language model, one line
     per method (its median seed), the quick runs apart from the full ones."""
-    from quality import median_run
+    from quality import median_run, runs_of
 
-    runs = list(result["cells"].values())
-    if any(not r["quick"] for r in runs):
-        runs = [r for r in runs if not r["quick"]]
+    runs = runs_of(result)
     fig, axes = _panels(sorted({r["model"] for r in runs}), lambda m: f"PTB {m}, np={runs[0]['np']}, converged")
     for model, ax in axes.items():
         methods = list(dict.fromkeys(r["method"] for r in runs if r["model"] == model))
