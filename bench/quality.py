@@ -141,16 +141,19 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore cached runs")
     parser.add_argument("--methods", nargs="+", default=METHODS + DDP_METHODS, metavar="SPEC")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
+    parser.add_argument("--no-runs", action="store_true",
+                        help="only time the steps and run the checks (the converged runs take hours)")
     args = parser.parse_args()
     options = QUICK if args.quick else RECIPE
     cells = {f"lstm|np={WORKERS}|{method}|{' '.join(options)}|seed={seed}":
              lambda method=method, seed=seed: {"kind": "run", "model": "lstm", "np": WORKERS, "method": method,
                                                "seed": seed, "options": options, "quick": args.quick,
                                                **train(method, options, seed)}
-             for seed in args.seeds for method in args.methods}
+             for seed in args.seeds for method in args.methods if not args.no_runs}
     cache = ResultCache("quality", args.fresh)
-    cache.sweep(cells, lambda c: f"final valid perplexity {c['valid_perplexity'][-1][1]:.1f}, "
-                                 f"test {c['test_perplexity'][-1][1]:.1f} ({c['wall_s']:.0f} s)")
+    if cells:
+        cache.sweep(cells, lambda c: f"final valid perplexity {c['valid_perplexity'][-1][1]:.1f}, "
+                                     f"test {c['test_perplexity'][-1][1]:.1f} ({c['wall_s']:.0f} s)")
     if unavailable() or args.quick:
         print("no step times: the simulated cluster", unavailable() or "is not timed in --quick")
     else:
