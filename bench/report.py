@@ -1313,7 +1313,7 @@ WRITTEN_BY = {
     "nodes": "sudo .venv/bin/python bench/nodes.py",
     "ddp": "sudo .venv/bin/python bench/throughput.py --results ddp --workers 2 4 --models resnet18 widemlp lstm "
            "--methods ddp:allreduce ddp:fp16 ddp:powersgd:1 ddp:powersgd:4 ddp:topk:ratio=0.01 ddp:onebit "
-           "ddp:adacomp ddp:powersgd:rank=1",
+           "ddp:adacomp ddp:powersgd:rank=1 ddp:efsignsgd",
     "quality": "sudo .venv/bin/python bench/quality.py",
     "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
                   ".venv/bin/python bench/cost_model.py",
