@@ -1060,9 +1060,9 @@ def ddp_quality_table(result: dict) -> str:
              "| same final quality (within seed noise) |", "|---" * 9 + "|"]
     cells = sorted({(c["workload"], c["np"], c["rate_mbit"]) for c in runs},
                    key=lambda k: (k[0] != "ptb", k[0], -k[1], by_rate(k[2])))
+    digits = 2
     for workload, p, rate in cells:
         here = _cell(runs, workload, p, rate)
-        digits = 2
         for ddp in DDP_METHODS:
             method = ddp[len("ddp:"):]
             ours, theirs = summary(method, here), summary(ddp, here)
