@@ -74,6 +74,8 @@ def test_every_results_file_names_the_code_it_measures():
                 f"table {name!r} reads {results}.json: say in bench/report.py's MEASURES which "
                 "code it measures and in WRITTEN_BY what writes it")
     assert not set(report.OLDER) - set(report.MEASURES)
+    assert not set(report.EARLIER_RUNS) - set(report.MEASURES)
+    assert not set(report.OLDER) & set(report.EARLIER_RUNS)
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: os.path.relpath(p, REPO))
