@@ -228,6 +228,8 @@ def quality(result: dict) -> list[str]:
                     linestyle=["-", "--"][i // 10 % 2],
                     label=method + (f" (median of {len(mine)})" if len(mine) > 1 else ""))
         ax.set_yscale("log")
+        ax.set_yticks([t for t in (100, 120, 150, 200, 300, 500, 1000, 2000) if t <= max(
+            v for r in runs for _, v in r["valid_perplexity"])])  # a decade's span has no labelled major tick
         _plain_log(ax.yaxis)
         ax.set_xlabel("optimizer steps")
         ax.set_ylabel("validation perplexity (log)")
