@@ -53,9 +53,9 @@ def launch_metrics(workers: int, argv: list[str], timeout: float = 3600, ddp: bo
     ``workers`` gloo ranks of this machine, under horovodrun or, with ``ddp``, torchrun, and
     returns what its rank 0 wrote with ``--metrics``, plus the run's wall-clock seconds (start-up
     and evaluation included)."""
-    bin = os.path.dirname(sys.executable)
-    launcher = ([os.path.join(bin, "torchrun"), "--standalone", "--nproc_per_node", str(workers)] if ddp else
-                [os.path.join(bin, "horovodrun"), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo",
+    scripts = os.path.dirname(sys.executable)
+    launcher = ([os.path.join(scripts, "torchrun"), "--standalone", "--nproc_per_node", str(workers)] if ddp else
+                [os.path.join(scripts, "horovodrun"), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo",
                  sys.executable])
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.json")

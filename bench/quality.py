@@ -8,7 +8,7 @@ SGD to the end of a fixed learning-rate schedule at np=4, per method and seed, o
 
 Why loopback and not the simulated cluster: the steps a method needs to reach a perplexity do
 not depend on the link, and here the run's compute is what costs (an epoch at np=4 is about 830
-steps; a converged run takes on the order of twenty minutes on this 2-core machine). Time to
+steps; a converged run took about half an hour on this 2-core machine). Time to
 quality on a slow link is those steps times the method's step time on that link, which the
 throughput benches measure.
 
@@ -127,7 +127,10 @@ def check_run(method: str, rate_mbit: float) -> dict:
     (auto's measurements and trials, the kernels' first calls)."""
     from time_to_accuracy import train as throttled
 
-    words = 2 * CHECK_STEPS * WORKERS * 8 * 35 / 929_589  # PTB's training words
+    sys.path.insert(0, EXAMPLES)
+    from ptb_data import load_ptb
+
+    words = 2 * CHECK_STEPS * WORKERS * 8 * 35 / len(load_ptb()[1]["train"])
     options = [*RECIPE[RECIPE.index("--batch-size"):], "--epochs", "1", "--train-fraction", f"{words:.5f}"]
     options[options.index("--evals-per-epoch") + 1] = "2"
     run = throttled("ptb", method, WORKERS, rate_mbit, options, 42)

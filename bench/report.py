@@ -240,8 +240,19 @@ def _throughput_cells(result: dict) -> dict:
         rank = (0, first.index(method)) if method in first else (2, 0) if method.startswith("ddp:") else (1, 0)
         return key[0], key[1], by_rate(key[2]), rank
 
-    cells = {(c["model"], c["np"], c["rate_mbit"], c["method"]): c for c in result["cells"].values()}
+    launches: dict[tuple, list[dict]] = {}
+    for c in result["cells"].values():
+        launches.setdefault((c["model"], c["np"], c["rate_mbit"], c["method"]), []).append(c)
+    cells = {key: median_launch(runs) for key, runs in launches.items()}
     return dict(sorted(cells.items(), key=lambda item: order(item[0])))
+
+
+def median_launch(runs: list[dict]) -> dict:
+    """A cell launched ``--repeats`` times: its median launch by samples/s (the lower of the
+    middle two for an even count), with every launch's samples/s in ``launches``."""
+    ranked = sorted(runs, key=lambda c: c["samples_per_s"])
+    chosen = ranked[(len(ranked) - 1) // 2]
+    return {**chosen, "launches": [c["samples_per_s"] for c in ranked]} if len(runs) > 1 else chosen
 
 
 def throughput_table(result: dict) -> str:
@@ -297,9 +308,15 @@ def auto_targets_table(result: dict) -> str:
             row.append(f"{_mark(ratio, 0.97)} ({chosen})")
         lines.append(f"| {model}, `{method}` | " + " | ".join(row) + " |")
     if worst is not None:
+        repeats = max(len(c.get("launches", [0])) for c in cells.values())
+        spread = max((max(c["launches"]) / min(c["launches"]) - 1 for c in cells.values()
+                      if c["method"] == "none" and "launches" in c), default=None)
+        launched = ("one launch a cell" if repeats == 1 else
+                    f"medians of {repeats} launches a cell, the methods taking turns"
+                    + (f" (`none`'s own launches spread by up to {spread:.0%} in one cell)" if spread else ""))
         lines += ["", f"Samples/s over `none`'s in the same cell (target >= 0.97x, every cell), and "
-                  f"the plan `auto` made final (dense: all tensors as Horovod sends them). Worst "
-                  f"cell: {worst:.3g}x. Defaults only: no `link_gbit`, nothing told."]
+                  f"the plan `auto` made final (dense: all tensors as Horovod sends them); "
+                  f"{launched}. Worst cell: {worst:.3g}x. Defaults only: no `link_gbit`, nothing told."]
     return "\n".join(lines)
 
 
@@ -321,7 +338,7 @@ def planning_table(result: dict) -> str:
                      f"{1e3 * median(lambda q: q['measured']['overhead_s']):.2f} | "
                      f"{median(lambda q: q['probe_s']):.2f} | "
                      f"{median(lambda q: q['planning_steps']):.0f} | {median(lambda q: q['planned_s']):.1f} |")
-    lines += ["", "Medians over the cell's compressors. Steps until final: the dense first step, "
+    lines += ["", "Medians over the cell's compressors (and launches). Steps until final: the dense first step, "
               "the probe at its end, then a block of 4 to 64 steps for each candidate plan (no "
               "trials, final at step 1, where the model predicted no plan faster than dense). "
               "Seconds until final include every step the trials ran, slower plans too. An "
@@ -1230,6 +1247,13 @@ OLDER: dict[str, str] = {
                      "counting of the compressed path's CPU",
     "memory": "measured before later changes to the kernels (the quantizers' CPU kernels rewritten) "
               "and to `auto`'s trials",
+    "ddp": "measured before bench/throughput.py could launch a cell several times (`--repeats`; "
+           "a launch measures as before)",
+    "nodes": "measured before bench/throughput.py could launch a cell several times (`--repeats`; "
+             "a launch measures as before)",
+    "quality": "measured before bench/throughput.py could launch a cell several times (`--repeats`; "
+               "a launch measures as before) and bench/quality.py's check run read PTB's word count "
+               "from the data (the same count)",
     "auto": "not re-run after two later mends, of the hook (a tensor going dense joins Horovod's own "
             "path) and of the planner (the drift check's first baseline)",
 }

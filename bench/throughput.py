@@ -3,12 +3,19 @@ model, world size and link rate, with torch DDP's own communication hooks side b
 
     sudo .venv/bin/python bench/throughput.py            # the full sweep
     sudo .venv/bin/python bench/throughput.py --quick    # ResNet-18, np=2, 100 Mbit/s only
+    sudo .venv/bin/python bench/throughput.py --results auto --repeats 3   # 3 launches a cell
 
 Writes bench/results/throughput.json (cached per cell: an interrupted sweep re-run skips the
 finished cells; --fresh starts over) and bench/results/throughput.png, bytes_per_step.png.
 A method is an hvd_compress spec (Horovod's own `none` and `fp16` included) or `ddp:HOOK`, a
 hook of bench/ddp_worker.py: one of DDP's own, or an hvd_compress spec as a DDP hook
 (`ddp:topk:ratio=0.01`, DDP_METHODS).
+
+Repeats: ``--repeats N`` launches each cell N times, the methods of a model, world size and
+link taking turns (none, TopK, ..., none, TopK, ...), so that a slow stretch of the shared machine
+falls on every method alike; bench/report.py reads a cell's median launch. Why: LeNet-5's
+millisecond steps at np=2 on loopback ran at 4,164 to 6,787 samples/s in five launches of the
+same uncompressed run, a spread no single launch can tell a 3% target from.
 
 Why a small batch: every worker computes on one core of this 2-core machine, about 100 times
 slower than the GPU a real worker has; with a per-worker batch of 8 the compute:communication
@@ -75,6 +82,7 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore cached cells")
     parser.add_argument("--batch-size", type=int, default=8, help="per worker")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per cell (median)")
+    parser.add_argument("--repeats", type=int, default=1, help="launches per cell, methods in turns")
     parser.add_argument("--methods", nargs="+", default=METHODS, metavar="METHOD")
     parser.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     parser.add_argument("--workers", nargs="+", type=int, default=[2, 4], metavar="NP")
@@ -84,13 +92,14 @@ def main() -> None:
     exit_unless_available("throughput")
     grid = ([("resnet18", 2, 100)] if args.quick else
             [(m, p, r) for m in args.models for p in args.workers for r in RATES])
-    cells = {f"{model}|np={workers}|{rate_label(rate)}|{method}|batch={args.batch_size}":
-             lambda model=model, workers=workers, rate=rate, method=method: {
+    cells = {f"{model}|np={workers}|{rate_label(rate)}|{method}|batch={args.batch_size}"
+             + (f"|run={run}" if run else ""):
+             lambda model=model, workers=workers, rate=rate, method=method, run=run: {
                  "model": model, "np": workers, "rate_mbit": rate, "method": method,
-                 "batch_size": args.batch_size,
+                 "batch_size": args.batch_size, "run": run,
                  **measure(workers, method, model, rate, max(args.steps, MIN_STEPS.get(model, 0)),
                            args.batch_size)}
-             for model, workers, rate in grid for method in args.methods}
+             for model, workers, rate in grid for run in range(args.repeats) for method in args.methods}
     cache = ResultCache(args.results, args.fresh)
     cache.sweep(cells, lambda c: f"{c['samples_per_s']:8.1f} samples/s  "
                                  f"tx {c['tx_bytes_per_step'] / 1e6:8.2f} MB/step")

@@ -105,3 +105,23 @@ def test_converged_quality_reads_steps_and_targets():
     assert "| `topk:ratio=0.001` |  |  |  |  |" in table  # not timed
     # the second half's 80 steps took 168 s, 160 s computed; the first half 15 s more than computed
     assert "| 100 Mbit/s | `none` | 80 | 168.0 | 160.0 | 1.05 (met) | 15.0 |" in table
+
+
+def _cell(method: str, samples_per_s: float, run: int) -> dict:
+    return {"model": "lenet5", "np": 2, "rate_mbit": None, "method": method, "batch_size": 8, "run": run,
+            "samples_per_s": samples_per_s, "tx_bytes_per_step": 0.0, "plan": {"chosen": 0}}
+
+
+def test_throughput_cells_launched_several_times_read_their_median_launch():
+    runs = {"none": [5000, 4100, 6800], "onebit": [4900, 5200, 2500, 5000]}
+    result = {"cells": {f"{m}|{i}": _cell(m, s, i) for m, speeds in runs.items() for i, s in enumerate(speeds)}}
+    cells = report._throughput_cells(result)
+    none, onebit = cells["lenet5", 2, None, "none"], cells["lenet5", 2, None, "onebit"]
+    assert none["samples_per_s"] == 5000 and none["launches"] == [4100, 5000, 6800]
+    assert onebit["samples_per_s"] == 4900  # the lower middle launch of an even count
+    table = report.auto_targets_table(result)
+    assert "| lenet5, `onebit` | 0.98x met (dense) |" in table
+    assert "medians of 4 launches a cell" in table and "spread by up to 66%" in table
+    single = {"cells": {"a": _cell("none", 5000, 0), "b": _cell("onebit", 4000, 0)}}
+    assert "launches" not in report._throughput_cells(single)["lenet5", 2, None, "none"]
+    assert "one launch a cell" in report.auto_targets_table(single)
