@@ -308,11 +308,12 @@ def auto_targets_table(result: dict) -> str:
             row.append(f"{_mark(ratio, 0.97)} ({chosen})")
         lines.append(f"| {model}, `{method}` | " + " | ".join(row) + " |")
     if worst is not None:
-        repeats = max(len(c.get("launches", [0])) for c in cells.values())
+        repeats = sorted({len(c.get("launches", [0])) for c in cells.values()})
         spread = max((max(c["launches"]) / min(c["launches"]) - 1 for c in cells.values()
                       if c["method"] == "none" and "launches" in c), default=None)
-        launched = ("one launch a cell" if repeats == 1 else
-                    f"medians of {repeats} launches a cell, the methods taking turns"
+        counts = " or ".join(str(n) for n in repeats)
+        launched = ("one launch a cell" if repeats == [1] else
+                    f"medians of {counts} launches a cell, the methods taking turns"
                     + (f" (`none`'s own launches spread by up to {spread:.0%} in one cell)" if spread else ""))
         lines += ["", f"Samples/s over `none`'s in the same cell (target >= 0.97x, every cell), and "
                   f"the plan `auto` made final (dense: all tensors as Horovod sends them); "
@@ -1233,6 +1234,9 @@ MEASURES: dict[str, tuple[str, ...]] = {
 }
 _PLANNED = ("before `auto` measured the link and tried its plans (these runs planned from the cost "
             "model for a 1 Gbit/s link, the default then)")
+_REPEATS = "bench/throughput.py could launch a cell several times (`--repeats`; a launch measures as before)"
+_CONFIRMED = ("`auto`'s probe erred towards trying compression and its choice was checked against the "
+              "final plan's first steps (communication/probe.py, planner.py)")
 #: results files knowingly older than the code they measure: what changed since, in their label
 OLDER: dict[str, str] = {
     "kernels": "measured before the quantizers took their noise rank from torch.distributed too "
@@ -1247,13 +1251,11 @@ OLDER: dict[str, str] = {
                      "counting of the compressed path's CPU",
     "memory": "measured before later changes to the kernels (the quantizers' CPU kernels rewritten) "
               "and to `auto`'s trials",
-    "ddp": "measured before bench/throughput.py could launch a cell several times (`--repeats`; "
-           "a launch measures as before)",
-    "nodes": "measured before bench/throughput.py could launch a cell several times (`--repeats`; "
-             "a launch measures as before)",
-    "quality": "measured before bench/throughput.py could launch a cell several times (`--repeats`; "
-               "a launch measures as before) and bench/quality.py's check run read PTB's word count "
-               "from the data (the same count)",
+    "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
+           "without trials)",
+    "nodes": f"measured before {_REPEATS} and {_CONFIRMED}",
+    "quality": f"measured before {_REPEATS}, {_CONFIRMED}, and before bench/quality.py's check run read "
+               "PTB's word count from the data (the same count)",
     "auto": "not re-run after two later mends, of the hook (a tensor going dense joins Horovod's own "
             "path) and of the planner (the drift check's first baseline)",
 }
@@ -1262,7 +1264,7 @@ OLDER: dict[str, str] = {
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
     "time_to_accuracy": f"most runs measured {_PLANNED}; some are older still (docs/benchmarks.md says "
-                        "which); the DDP hooks' runs of the design-card methods are current",
+                        f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}",
 }
 
 

@@ -78,6 +78,9 @@ def _conservation(spec: str, steps: int, link=None) -> dict:
     # a slow link as far as the model knows, so that it proposes compressed plans and the
     # trials switch routes (the real link, loopback, then decides)
     probe.link = lambda process_set, prefix, nodes=None: link or cost.Link(0.01)
+    # no confirmation re-trials (a loopback's plans differ by noise): the steps below suffice
+    # for one round of trials, and re-trials switch routes by the same code
+    planner_module.RETRIALS = 0
     hvd.init()
     torch.set_num_threads(1)
     params = {"w": torch.nn.Parameter(torch.zeros(300, 200)), "v": torch.nn.Parameter(torch.zeros(64, 100))}
@@ -177,3 +180,40 @@ def test_a_plan_final_without_trials_gets_its_drift_check(monkeypatch):
     plan = planner.report
     assert plan["state"] == "final" and plan["final_at_step"] == 1 and plan["chosen"] == 0
     assert "drift" in plan and planner.routes == {"w": "dense"}
+
+
+def test_a_final_plan_slower_than_a_rival_trial_runs_the_trials_again(monkeypatch):
+    """Trials that misled (dense at burst speed, the compressed block stalled) are caught by the
+    final plan's first steps and run again; a plan that runs as its trial said stays."""
+    import types
+
+    from hvd_compress.communication import cost, probe
+
+    monkeypatch.setattr(probe, "link", lambda process_set, prefix, nodes=None: cost.Link(0.01))
+    monkeypatch.setattr(probe, "cpu", lambda compressor, ranks: cost.Cpu(1e-6, 1e-10))
+    monkeypatch.setattr(probe, "agreed", lambda values, process_set, name: list(values))
+    clock = [0.0]
+    monkeypatch.setattr(planner_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    planner = planner_module.Planner(hc.TopK(0.01, link_gbit=None), [("w", torch.Size((1000, 1000)), 4)],
+                                     _Exchange(2, 0, True), 0)
+
+    def run(seconds: dict[str, float], steps: int = 1000, until: str | None = None) -> None:
+        for _ in range(steps):
+            clock[0] += seconds["dense"] if planner.routes["w"] == "dense" else seconds["compressed"]
+            planner.step_finished()
+            if until and planner.report["state"] == until:
+                return
+
+    misled = {"dense": 0.010, "compressed": 0.018}
+    run(misled, 1)
+    assert planner.report["state"] == "trials" and len(planner.plans) >= 2
+    run(misled, until="final")
+    assert planner.report["chosen"] == 0 and planner.routes == {"w": "dense"}
+    real = {"dense": 0.021, "compressed": 0.005}
+    run(real, planner_module.WINDOW)  # dense's first steps: slower than the compressed trial
+    assert planner.report["state"] == "trials" and planner.report["retrials"] == 1
+    run(real, until="final")
+    assert planner.report["chosen"] != 0 and planner.routes != {"w": "dense"}
+    run(real, planner_module.WINDOW + 5)
+    plan = planner.report
+    assert plan["state"] == "final" and plan["retrials"] == 1 and abs(plan["confirm_s"] - 0.005) < 1e-9

@@ -2,10 +2,20 @@
 the link (per-collective overhead, per-round latency, bandwidth) and this method's CPU.
 
 Link. Blocking Horovod collectives over the optimizer's process set, each timed ``REPEATS``
-times after one untimed warm-up, medians kept: an allreduce of one float (``c + 2(p-1) a``), an
-allgather of 8 bytes per rank (``c + (p-1) a``), and an allreduce of ``BULK_BYTES`` (the same
-plus ``2 (p-1)/p D / B``). Two equations give c and a, the third the bandwidth B (cost.py's
-formulas). Horovod's own cycle time and negotiation are inside c, as they are in every real
+times after one untimed warm-up: an allreduce of one float (``c + 2(p-1) a``), an allgather of 8
+bytes per rank (``c + (p-1) a``), and an allreduce of ``BULK_BYTES`` (the same plus
+``2 (p-1)/p D / B``). Two equations give c and a, the third the bandwidth B (cost.py's formulas).
+
+Every figure errs on the side of trying compression, never of skipping it: an error that makes
+compression look cheaper only adds a trial (planner.py), which measures the truth, while one
+that makes it look dearer can leave a cluster dense with no trial at all. So the small
+collectives and the CPU keep their fastest repeat (noise only adds time), the bulk allreduce
+its median (its fastest could be a burst a token-bucket link lets through), and the bandwidth
+counts at least half the bulk allreduce's time as transfer. Measured on the simulated cluster
+before this rule (medians everywhere, the transfer ``bulk - one`` floored at 1 us): in one
+launch of LeNet-5 at 1 Gbit/s, a stall made the one-float allreduce as slow as the bulk one and
+the probe reported 8,389 Gbit/s; at 100 Mbit/s such a figure predicts no gain from compressing
+and leaves the plan dense without a trial (LeNet-5 there ran 3.6x faster compressed). Horovod's own cycle time and negotiation are inside c, as they are in every real
 step. Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
 On nodes of several workers (topology.py) two more rates, for the hierarchical route: a rank's
 to the workers of its node (1 MB to them in all) and across nodes (0.5 MB to its cross peers),
@@ -13,7 +23,7 @@ each with every rank sending at once, so that the uplink's share per worker is w
 measured; alltoalls, timed against an empty one. Cost: 16 more alltoalls.
 
 CPU. ``fold_encode`` and ``decode_add_all`` of p payloads on a throwaway copy of the compressor,
-on gradients of ``SMALL`` and ``LARGE`` elements (medians of ``REPEATS``): per-call and
+on gradients of ``SMALL`` and ``LARGE`` elements (the fastest of ``REPEATS``): per-call and
 per-element seconds of the allgather route. This also compiles the method's kernels before the
 first step that uses them. Cost: about 10 encodes and 30 decodes of at most 2^20 elements.
 
@@ -38,14 +48,16 @@ BULK_BYTES = 1 << 20
 SMALL, LARGE = 1 << 12, 1 << 20
 
 
-def _median_seconds(run: Callable[[], object]) -> float:
-    run()  # warm-up: first-use allocations, connections, kernel compilation
+def _seconds(run: Callable[[], object], keep: Callable[[list[float]], float] = min) -> float:
+    """``run``'s time, ``keep`` of ``REPEATS`` timed calls after an untimed one (first-use
+    allocations, connections, kernel compilation)."""
+    run()
     times = []
     for _ in range(REPEATS):
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return keep(times)
 
 
 def link(process_set: hvd.ProcessSet, prefix: str, nodes: Nodes | None = None) -> cost.Link:
@@ -54,19 +66,19 @@ def link(process_set: hvd.ProcessSet, prefix: str, nodes: Nodes | None = None) -
     p = process_set.size()
     count = [0]
 
-    def timed(op: Callable, tensor: torch.Tensor, label: str, **kwargs) -> float:
+    def timed(op: Callable, tensor: torch.Tensor, label: str, keep=min, **kwargs) -> float:
         def run():
             count[0] += 1
             op(tensor, name=f"{prefix}.{label}.{count[0]}", process_set=process_set, **kwargs)
-        return _median_seconds(run)
+        return _seconds(run, keep)
 
     one = timed(hvd.allreduce, torch.zeros(1), "one")
     gather = timed(hvd.allgather, torch.zeros(8, dtype=torch.uint8), "gather")
-    bulk = timed(hvd.allreduce, torch.zeros(BULK_BYTES // 4), "bulk")
+    bulk = timed(hvd.allreduce, torch.zeros(BULK_BYTES // 4), "bulk", statistics.median)
     latency = max(0.0, (one - gather) / (p - 1))
     overhead = max(0.0, gather - (p - 1) * latency)
     wire_bytes = 2 * (p - 1) / p * BULK_BYTES
-    gbit = wire_bytes * 8 / max(bulk - one, 1e-6) / 1e9
+    gbit = wire_bytes * 8 / max(bulk - one, bulk / 2) / 1e9
     if nodes is None:
         return cost.Link(gbit=gbit, latency_s=latency, overhead_s=overhead)
 
@@ -76,9 +88,9 @@ def link(process_set: hvd.ProcessSet, prefix: str, nodes: Nodes | None = None) -
         splits = [each if r in peers and r != process_set.rank() else 0 for r in range(p)]
         empty = timed(hvd.alltoall, torch.zeros(0, dtype=torch.uint8), f"{label}0",
                       splits=torch.zeros(p, dtype=torch.int32))
-        full = timed(hvd.alltoall, torch.zeros(sum(splits), dtype=torch.uint8), label,
+        full = timed(hvd.alltoall, torch.zeros(sum(splits), dtype=torch.uint8), label, statistics.median,
                      splits=torch.tensor(splits, dtype=torch.int32))
-        return sum(splits) * 8 / max(full - empty, 1e-6) / 1e9
+        return sum(splits) * 8 / max(full - empty, full / 2) / 1e9
 
     intra = to_peers(nodes.local, BULK_BYTES // (nodes.size - 1), "intra")
     cross = to_peers(nodes.cross, BULK_BYTES // 2 // (nodes.count - 1), "cross")
@@ -100,7 +112,7 @@ def cpu(compressor: Compressor, ranks: int) -> cost.Cpu:
             payload = scratch.fold_encode(acc, grad, grad.shape, True, "probe")
             out.zero_()
             scratch.decode_add_all([payload] * ranks, out, grad.shape)
-        return _median_seconds(run)
+        return _seconds(run)
 
     small, large = path(SMALL), path(LARGE)
     element = max(0.0, (large - small) / (LARGE - SMALL))
