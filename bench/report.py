@@ -331,17 +331,20 @@ def planning_table(result: dict) -> str:
     for c in cells:
         groups.setdefault((c["model"], c["np"], c["rate_mbit"]), []).append(c)
     lines = ["| model | np | link | measured Gbit/s | overhead ms | probe s | steps until final | "
-             "seconds until final |", "|---|---|---|---|---|---|---|---|"]
+             "seconds until final | launches that tried again |", "|---|---|---|---|---|---|---|---|---|"]
     for (model, p, rate), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], by_rate(kv[0][2]))):
         def median(get):
             return statistics.median(get(c["plan"]) for c in group)
         lines.append(f"| {model} | {p} | {rate_label(rate)} | {median(lambda q: q['measured']['gbit']):.3g} | "
                      f"{1e3 * median(lambda q: q['measured']['overhead_s']):.2f} | "
                      f"{median(lambda q: q['probe_s']):.2f} | "
-                     f"{median(lambda q: q['planning_steps']):.0f} | {median(lambda q: q['planned_s']):.1f} |")
+                     f"{median(lambda q: q['planning_steps']):.0f} | {median(lambda q: q['planned_s']):.1f} | "
+                     f"{sum(1 for c in group if c['plan'].get('retrials'))} of {len(group)} |")
     lines += ["", "Medians over the cell's compressors (and launches). Steps until final: the dense first step, "
-              "the probe at its end, then a block of 4 to 64 steps for each candidate plan (no "
-              "trials, final at step 1, where the model predicted no plan faster than dense). "
+              "the probe at its end, then a block of 4 to 64 steps for each candidate plan and 20 "
+              "steps confirming the fastest (no trials, final at step 1, where the model predicted "
+              "no plan faster than dense). Launches that tried again: the final plan's first steps "
+              "contradicted the trials, which ran again (docs/design.md, `auto`). "
               "Seconds until final include every step the trials ran, slower plans too. An "
               "unthrottled link between namespaces measures as fast as the machine copies memory."]
     return "\n".join(lines)

@@ -54,8 +54,8 @@ def _counters(iface: str | None) -> tuple[int, int]:
 
 
 #: at most this many steps for communication="auto" to make its plan final (planner.py: at most
-#: 1 + 64 per candidate)
-PLAN_STEPS = 300
+#: 1 + (64 per candidate + 20 to confirm) per round of trials, 3 rounds at most)
+PLAN_STEPS = 1000
 
 
 def benchmark(step: Callable[[], None], barrier: Callable[[], None], rank: int, size: int,

@@ -179,8 +179,8 @@ class Compressor(Guarded):
         return {"spec": self.spec(), "rank": rank, "world_size": size,
                 "residuals": {k: v.detach().clone() for k, v in self.memory.residuals().items()},
                 "states": self.states.export(),
-                "routes": self.accounting.plan.get("routes") if self.accounting.plan.get("state") == "final"
-                else None}
+                "routes": self.accounting.plan.get("routes")
+                if self.accounting.plan.get("state") in ("final", "confirming") else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores what ``state_dict`` saved.

@@ -35,7 +35,8 @@ Per optimizer and Horovod world (a new world after an elastic reset starts over)
 4. Confirmation: if the final plan's first ``WINDOW`` steps (their median, the slowest rank's)
    ran slower than its own trial by more than ``DRIFT`` and slower than another candidate's trial
    by more than ``MARGIN``, the trials misled, and they run again (at most ``RETRIALS`` times a
-   world; plans within noise of each other do not trigger it). Measured on the simulated
+   world; plans within noise of each other do not trigger it). Until then the plan's state is
+   ``"confirming"``, then ``"final"``. Measured on the simulated
    cluster (LeNet-5, np=2, 100 Mbit/s, AdaComp), one launch in nine: the dense block ran at
    10.4 ms a step in its trial (a burst the link's token bucket let through), the allgather
    block at 17.7 ms (a stall of the shared cores), so dense was kept, and then ran at 20.9 ms
@@ -59,7 +60,8 @@ gradient, once, and the residual is dropped (``release``).
 
 Cost, measured per model in docs/benchmarks.md ("Choosing routes"): the probe (0.3 to 0.7 s at np=2),
 the trial steps on plans slower than the final one, one 8-byte allreduce per trial step past a
-block's fourth, and one more to confirm the final plan. The plan is final after 1 + 4 to 64 steps per candidate.
+block's fourth, and one more to confirm the final plan. The plan is final after 1 + 4 to 64 steps per
+candidate + ``WINDOW`` steps of confirmation (times 1 + the re-trials), or at step 1 without trials.
 """
 import statistics
 import time
@@ -206,19 +208,21 @@ class Planner:
         self.final_step, self.final_time = self.step, None
         for candidate, seconds in zip(self.report["candidates"], steady):
             candidate["measured_s"] = seconds
-        self.report.update({"state": "final", "chosen": chosen, "final_at_step": self.step})
+        self.report.update({"state": "confirming" if self.retrials < RETRIALS else "final", "chosen": chosen,
+                            "final_at_step": self.step})
         return self._use(self.plans[chosen])
 
     def _confirm(self) -> bool:
         """Runs the trials again if the final plan's first steps (``final_time``, the slowest
         rank's) contradict the trials (module docstring)."""
-        rivals = [seconds for i, seconds in enumerate(self.tried) if i != self.chosen]
-        if not rivals or self.retrials >= RETRIALS:
+        if self.report["state"] != "confirming":  # no trials ran, or no re-trial is left
             return False
+        rivals = [seconds for i, seconds in enumerate(self.tried) if i != self.chosen]
         steady = probe.agreed([self.final_time], self.exchange.process_set, f"{self.prefix}.confirm.{self.step}")[0]
         self.last = time.perf_counter()  # the agreement is not part of the next step
         self.report["confirm_s"] = steady
         if steady <= (1 + DRIFT) * self.tried[self.chosen] or steady <= (1 + MARGIN) * min(rivals):
+            self.report.update({"state": "final", "final_at_step": self.step})
             return False
         self.retrials += 1
         self.report["retrials"] = self.retrials
