@@ -305,7 +305,9 @@ def auto_targets_table(result: dict) -> str:
             ratio = cell["samples_per_s"] / dense["samples_per_s"]
             worst = ratio if worst is None else min(worst, ratio)
             chosen = "dense" if cell["plan"].get("chosen") == 0 else "compressed"
-            row.append(f"{_mark(ratio, 0.97)} ({chosen})")
+            spread = (f"; launches {_span(cell['launches'])} vs {_span(dense['launches'])} samples/s"
+                      if ratio < 0.97 and "launches" in cell and "launches" in dense else "")
+            row.append(f"{_mark(ratio, 0.97)} ({chosen}{spread})")
         lines.append(f"| {model}, `{method}` | " + " | ".join(row) + " |")
     if worst is not None:
         repeats = sorted({len(c.get("launches", [0])) for c in cells.values()})
@@ -319,6 +321,10 @@ def auto_targets_table(result: dict) -> str:
                   f"the plan `auto` made final (dense: all tensors as Horovod sends them); "
                   f"{launched}. Worst cell: {worst:.3g}x. Defaults only: no `link_gbit`, nothing told."]
     return "\n".join(lines)
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):.0f}-{max(values):.0f}"
 
 
 def planning_table(result: dict) -> str:
@@ -1342,8 +1348,11 @@ def label(names: tuple[str, ...]) -> str:
 WRITTEN_BY = {
     "kernels": ".venv/bin/python bench/kernels.py",
     "throughput": "sudo .venv/bin/python bench/throughput.py",
-    "auto": "sudo .venv/bin/python bench/throughput.py --results auto --methods none topk:ratio=0.01 "
-            "onebit adacomp --workers 2",
+    "auto": "sudo .venv/bin/python bench/throughput.py --results auto --fresh --repeats 3 --workers 2 --models "
+            "lenet5 transformer resnet18 widemlp --methods none topk:ratio=0.01 onebit adacomp; the same with "
+            "--repeats 5 --models lenet5 (no --fresh); --workers 2 --models resnet18 --methods powersgd:rank=1 dgc "
+            "randomk threshold signsgd signum efsignsgd qsgd terngrad u8bit natural; --workers 4 --models "
+            "resnet18 widemlp --methods none topk:ratio=0.01 onebit adacomp",
     "breakdown": "sudo .venv/bin/python bench/breakdown.py",
     "wire_bytes": "sudo .venv/bin/python bench/wire_bytes.py",
     "small_tensors": "sudo .venv/bin/python bench/small_tensors.py",

@@ -113,7 +113,7 @@ def _cell(method: str, samples_per_s: float, run: int) -> dict:
 
 
 def test_throughput_cells_launched_several_times_read_their_median_launch():
-    runs = {"none": [5000, 4100, 6800], "onebit": [4900, 5200, 2500, 5000]}
+    runs = {"none": [5000, 4100, 6800], "onebit": [4900, 5200, 2500, 5000], "adacomp": [3500, 2500, 3000]}
     result = {"cells": {f"{m}|{i}": _cell(m, s, i) for m, speeds in runs.items() for i, s in enumerate(speeds)}}
     cells = report._throughput_cells(result)
     none, onebit = cells["lenet5", 2, None, "none"], cells["lenet5", 2, None, "onebit"]
@@ -122,6 +122,7 @@ def test_throughput_cells_launched_several_times_read_their_median_launch():
     table = report.auto_targets_table(result)
     assert "| lenet5, `onebit` | 0.98x met (dense) |" in table
     assert "medians of 3 or 4 launches a cell" in table and "spread by up to 66%" in table
+    assert "| lenet5, `adacomp` | 0.6x **not met** (dense; launches 2500-3500 vs 4100-6800 samples/s) |" in table
     single = {"cells": {"a": _cell("none", 5000, 0), "b": _cell("onebit", 4000, 0)}}
     assert "launches" not in report._throughput_cells(single)["lenet5", 2, None, "none"]
     assert "one launch a cell" in report.auto_targets_table(single)
