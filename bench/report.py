@@ -1265,8 +1265,6 @@ OLDER: dict[str, str] = {
     "nodes": f"measured before {_REPEATS} and {_CONFIRMED}",
     "quality": f"measured before {_REPEATS}, {_CONFIRMED}, and before bench/quality.py's check run read "
                "PTB's word count from the data (the same count)",
-    "auto": "not re-run after two later mends, of the hook (a tensor going dense joins Horovod's own "
-            "path) and of the planner (the drift check's first baseline)",
 }
 #: results files whose latest commit added runs to cached runs of earlier sweeps: what those
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
