@@ -1260,6 +1260,9 @@ OLDER: dict[str, str] = {
                      "counting of the compressed path's CPU",
     "memory": "measured before later changes to the kernels (the quantizers' CPU kernels rewritten) "
               "and to `auto`'s trials",
+    "auto": "measured one commit before a fix in the planner: a drift's re-trial of a plan of dense alone, "
+            "followed by slower steps, ended in min() of an empty list; every cell of this sweep ran to its "
+            "end, so none took that path, and the fix changes nothing else",
     "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
            "without trials)",
     "nodes": f"measured before {_REPEATS} and {_CONFIRMED}",

@@ -168,33 +168,43 @@ def test_a_resumed_final_plan_is_taken_without_trials():
 def test_a_plan_final_without_trials_gets_its_drift_check(monkeypatch):
     """Where the model predicts no plan faster than dense, the plan is dense at step 1; the
     drift check then runs from the baseline of its first steps (a RECHECK-th step once divided
-    by a baseline of zero)."""
-    from hvd_compress.communication import cost, probe
+    by a baseline of zero), and a drift re-tries dense, its only plan, without confirming it
+    against rivals it does not have (a drift there once ended in min() of nothing)."""
+    from hvd_compress.communication import cost
 
-    monkeypatch.setattr(probe, "link", lambda process_set, prefix, nodes=None: cost.Link(1000.0))
-    monkeypatch.setattr(probe, "cpu", lambda compressor, ranks: cost.Cpu(1.0, 1e-6))
-    monkeypatch.setattr(probe, "agreed", lambda values, process_set, name: list(values))
-    planner = planner_module.Planner(hc.TopK(0.01, link_gbit=None), [("w", torch.Size((100, 100)), 4)],
-                                     _Exchange(2, 0, True), 0)
-    assert not any(planner.step_finished() for _ in range(planner_module.RECHECK + 2))
+    planner, clock = _clocked_planner(monkeypatch, cost.Link(1000.0), cost.Cpu(1.0, 1e-6), 100 * 100)
+
+    def run(seconds: float, steps: int, in_trials: float | None = None) -> bool:
+        changed = False
+        for _ in range(steps):
+            clock[0] += in_trials if in_trials and planner.report["state"] == "trials" else seconds
+            changed |= planner.step_finished()
+        return changed
+
+    assert not run(0.01, planner_module.RECHECK + 2)
     plan = planner.report
     assert plan["state"] == "final" and plan["final_at_step"] == 1 and plan["chosen"] == 0
-    assert "drift" in plan and planner.routes == {"w": "dense"}
+    assert plan["drift"] < 1e-9 and planner.routes == {"w": "dense"}
+    # 30 times slower, and dense's re-trial faster than the steps after it
+    assert not run(0.3, planner_module.RECHECK + planner_module.MAX_BLOCK, in_trials=0.1)
+    assert plan["state"] == "final" and plan["drift"] > planner_module.DRIFT and plan["final_at_step"] > 1
 
 
-def _clocked_planner(monkeypatch) -> tuple[planner_module.Planner, list[float]]:
-    """A planner of one 1M-element tensor whose probe says compressing pays (a 10 Mbit/s link),
-    on one rank, and the clock its steps are timed by (the test moves it)."""
+def _clocked_planner(monkeypatch, link=None, cpu=None, numel: int = 10 ** 6
+                     ) -> tuple[planner_module.Planner, list[float]]:
+    """A planner of one tensor of ``numel`` elements on one rank whose probe measures ``link``
+    and ``cpu`` (by default: compressing pays, a 10 Mbit/s link), and the clock its steps are
+    timed by (the test moves it)."""
     import types
 
     from hvd_compress.communication import cost, probe
 
-    monkeypatch.setattr(probe, "link", lambda process_set, prefix, nodes=None: cost.Link(0.01))
-    monkeypatch.setattr(probe, "cpu", lambda compressor, ranks: cost.Cpu(1e-6, 1e-10))
+    monkeypatch.setattr(probe, "link", lambda process_set, prefix, nodes=None: link or cost.Link(0.01))
+    monkeypatch.setattr(probe, "cpu", lambda compressor, ranks: cpu or cost.Cpu(1e-6, 1e-10))
     monkeypatch.setattr(probe, "agreed", lambda values, process_set, name: list(values))
     clock = [0.0]
     monkeypatch.setattr(planner_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-    planner = planner_module.Planner(hc.TopK(0.01, link_gbit=None), [("w", torch.Size((1000, 1000)), 4)],
+    planner = planner_module.Planner(hc.TopK(0.01, link_gbit=None), [("w", torch.Size((numel,)), 4)],
                                      _Exchange(2, 0, True), 0)
     return planner, clock
 

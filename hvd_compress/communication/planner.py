@@ -208,7 +208,8 @@ class Planner:
         self.final_step, self.final_time = self.step, None
         for candidate, seconds in zip(self.report["candidates"], steady):
             candidate["measured_s"] = seconds
-        self.report.update({"state": "confirming" if self.retrials < RETRIALS else "final", "chosen": chosen,
+        confirming = len(self.plans) > 1 and self.retrials < RETRIALS  # a drift's re-trial of dense alone: none
+        self.report.update({"state": "confirming" if confirming else "final", "chosen": chosen,
                             "final_at_step": self.step})
         return self._use(self.plans[chosen])
 
