@@ -1274,7 +1274,10 @@ OLDER: dict[str, str] = {
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
     "time_to_accuracy": f"most runs measured {_PLANNED}; some are older still (docs/benchmarks.md says "
-                        f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}",
+                        f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}; "
+                        "MNIST at 1 Gbit/s for `none` and the design-card methods (np=2, 3 seeds; np=4, 1) re-run "
+                        "on the confirming planner, one commit before the fix of a crash none of them reached "
+                        "(docs/benchmarks.md, `auto` row)",
 }
 
 
