@@ -6,11 +6,17 @@ SGD to the end of a fixed learning-rate schedule at np=4, per method and seed, o
     .venv/bin/python bench/quality.py --methods ddp:onebit      # OneBit as a torch DDP hook
     .venv/bin/python bench/quality.py --quick                   # 2 short epochs, a smoke test
 
-Why loopback and not the simulated cluster: the steps a method needs to reach a perplexity do
-not depend on the link, and here the run's compute is what costs (an epoch at np=4 is about 830
-steps; a converged run took about half an hour on this 2-core machine). Time to
-quality on a slow link is those steps times the method's step time on that link, which the
-throughput benches measure.
+Where each method trains: Horovod's own ``none`` and ``fp16`` on loopback, every other method on
+the simulated cluster at ``TRAIN_RATE`` (100 Mbit/s). The steps a method needs to reach a
+perplexity do not depend on the link, but with ``communication="auto"`` the route does: on
+loopback, where a dense step of this model costs about what a compressed one does, auto's trials
+and drift re-checks sent whole stretches of training dense (measured, the first converged runs
+here: OneBit compressed 49% of its steps, AdaComp 63%), so those runs measured a mix of the method
+and uncompressed training. At 100 Mbit/s dense loses by 14x and auto keeps the method's route, as
+it would for a user on a slow link; the table states each run's share of compressed steps.
+``none`` and ``fp16`` have no route to plan, and at 100 Mbit/s their run would take hours here (a
+converged run on loopback takes about half an hour on this 2-core machine, 830 steps an epoch).
+Time to quality on a slow link is the steps times the method's step time on that link.
 
 The recipe (``RECIPE``): 8 streams per worker (32 at np=4, 830 steps an epoch: Zaremba et al.'s
 small model takes 20 streams; more streams a step mean fewer steps an epoch, which with the
@@ -52,6 +58,8 @@ METHODS = ["none", "topk:ratio=0.01", "onebit", "adacomp", "fp16", "topk:ratio=0
 #: the design-card methods through the other front door (issue 27's "same final quality")
 DDP_METHODS = ["ddp:topk:ratio=0.01", "ddp:onebit", "ddp:adacomp"]
 RATES = [100, 1000]  # Mbit/s: the links time to quality is computed for
+TRAIN_RATE = RATES[0]  # Mbit/s: where the methods auto routes train (module docstring)
+LOOPBACK = ("none", "fp16")  # Horovod's own: no route to plan, trained on loopback
 #: real throttled runs that check the computed times: the recipe's first steps at 100 Mbit/s
 CHECKED, CHECK_STEPS = ["none", "topk:ratio=0.01", "onebit"], 80
 #: issue 31's targets: final perplexity at most this much above uncompressed training's
@@ -100,15 +108,50 @@ def median_run(runs: list[dict]) -> dict:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def train_rate(method: str) -> float | None:
+    """The simulated link ``method`` trains on, in Mbit/s (None: loopback; module docstring).
+    Without the simulated cluster (not root) every method trains on loopback, and the table's
+    share of compressed steps says what that did to auto's routes."""
+    return None if method in LOOPBACK or unavailable() else TRAIN_RATE
+
+
 def train(method: str, options: list[str], seed: int) -> dict:
     """One run: ``method`` an hvd_compress spec under Horovod, or ``ddp:SPEC``, the same method as
-    a torch DDP hook (bench/ddp_train.py under torchrun)."""
-    ddp = method.startswith("ddp:")
-    head = ([os.path.join(HERE, "ddp_train.py"), "ptb", "--hook", method[len("ddp:"):]] if ddp else
-            [os.path.join(EXAMPLES, "pytorch_ptb_lm.py"), "--compression", method])
-    result = launch_metrics(WORKERS, [*head, *options, "--seed", str(seed)], timeout=3 * 3600, ddp=ddp)
-    result["steps_per_epoch"] = steps_per_epoch(options)
+    a torch DDP hook (bench/ddp_train.py under torchrun), on loopback or the simulated cluster
+    (``train_rate``)."""
+    from time_to_accuracy import train as throttled
+
+    rate = train_rate(method)
+    if rate is None:
+        result = launch_metrics(WORKERS, [os.path.join(EXAMPLES, "pytorch_ptb_lm.py"), "--compression", method,
+                                          *options, "--seed", str(seed)], timeout=3 * 3600)
+    else:
+        result = throttled("ptb", method, WORKERS, rate, options, seed)
+    result.update({"rate_mbit": rate, "steps_per_epoch": steps_per_epoch(options)})
     return result
+
+
+def compressed_share(run: dict) -> float | None:
+    """The share of ``run``'s steps in which its tensors travelled compressed (the mean over its
+    tensors, each counted by the bytes it would have sent dense); None for a run that names no
+    tensors (Horovod's own, or a DDP hook)."""
+    if not run.get("per_tensor"):
+        return None
+    sys.path.insert(0, EXAMPLES)
+    import pytorch_ptb_lm
+    from models import LSTMLanguageModel
+    from ptb_data import load_ptb
+
+    argv, sys.argv = sys.argv, ["pytorch_ptb_lm.py", *run["options"]]
+    try:
+        args = pytorch_ptb_lm.parse_args()
+    finally:
+        sys.argv = argv
+    model = LSTMLanguageModel(len(load_ptb()[0]), args.width, args.layers, args.dropout)
+    sizes = dict(model.named_parameters())
+    steps = run["steps_per_epoch"] * args.epochs
+    dense = sum(4 * sizes[name].numel() * steps for name in run["per_tensor"])
+    return sum(t["dense_bytes"] for t in run["per_tensor"].values()) / dense
 
 
 def step_seconds(method: str, rate_mbit: float) -> dict:
@@ -148,7 +191,8 @@ def main() -> None:
                         help="only time the steps and run the checks (the converged runs take hours)")
     args = parser.parse_args()
     options = QUICK if args.quick else RECIPE
-    cells = {f"lstm|np={WORKERS}|{method}|{' '.join(options)}|seed={seed}":
+    cells = {f"lstm|np={WORKERS}|{rate_label(train_rate(method)) if train_rate(method) else 'loopback'}|"
+             f"{method}|{' '.join(options)}|seed={seed}":
              lambda method=method, seed=seed: {"kind": "run", "model": "lstm", "np": WORKERS, "method": method,
                                                "seed": seed, "options": options, "quick": args.quick,
                                                **train(method, options, seed)}

@@ -1114,11 +1114,17 @@ def quality_table(result: dict) -> str:
     """Issue 31's quality targets on the converged LSTM: each method's final validation
     perplexity (median over its seeds) against uncompressed Horovod's, and the steps each needed
     to reach uncompressed training's final +2% and its own final."""
-    from quality import DEFAULT_WITHIN, WITHIN, median_run, runs_of, steps_to
+    from quality import DEFAULT_WITHIN, WITHIN, compressed_share, median_run, runs_of, steps_to
+
+    def trained_on(run: dict) -> str:
+        share = compressed_share(run)
+        where = "loopback" if run.get("rate_mbit") is None else rate_label(run["rate_mbit"])
+        return where if share is None else f"{where}, {100 * share:.0f}%"
 
     runs = runs_of(result)
-    lines = ["| model | method | runs | final valid perplexity | final test perplexity | vs `none` (target) "
-             "| steps to `none`'s final +2% | steps to its own final | DDP hook vs Horovod |", "|---" * 9 + "|"]
+    lines = ["| model | method | runs | trained on, steps compressed | final valid perplexity | final test perplexity "
+             "| vs `none` (target) | steps to `none`'s final +2% | steps to its own final | DDP hook vs Horovod |",
+             "|---" * 10 + "|"]
     for model in dict.fromkeys(r["model"] for r in runs):
         mine = {m: [r for r in runs if (r["model"], r["method"]) == (model, m)]
                 for m in dict.fromkeys(r["method"] for r in runs if r["model"] == model)}
@@ -1133,15 +1139,18 @@ def quality_table(result: dict) -> str:
             versus = "" if dense is None or method == "none" else (
                 f"{final / dense:.3f}x (<= {1 + within:g}x: {'met' if final <= dense * (1 + within) else '**not met**'})")
             reach = None if dense is None else steps_to(run, dense * 1.02)
-            lines.append(f"| {model.upper()} | `{method}` | {len(these)} | {final:.1f}{spread} | "
+            lines.append(f"| {model.upper()} | `{method}` | {len(these)} | {trained_on(run)} | {final:.1f}{spread} | "
                          f"{run['test_perplexity'][-1][1]:.1f} | {versus} | "
                          f"{'never' if reach is None else f'{reach:.0f}'} | {steps_to(run, final):.0f} | "
                          + (f"{final / finals[method[4:]]:.3f}x" if method[4:] in finals and method.startswith("ddp:")
                             else "") + " |")
     options = " ".join(runs[0]["options"])
-    lines += ["", f"np={runs[0]['np']} on loopback, `examples/pytorch_ptb_lm.py {options}`: validation "
+    lines += ["", f"np={runs[0]['np']}, `examples/pytorch_ptb_lm.py {options}`: validation "
               f"perplexity at the end of training (the median seed's, the range over seeds in brackets), "
-              f"the test perplexity of the same run, and the steps until the first validation point "
+              f"the test perplexity of the same run, where it trained (Horovod's own `none` and `fp16` on "
+              f"loopback; the methods `auto` routes on the simulated cluster, whose slow link keeps "
+              f"them compressed: on loopback auto sent whole stretches dense) and the share of its steps "
+              f"its tensors travelled compressed, and the steps until the first validation point "
               f"at or below the target (at the validation points, `--evals-per-epoch` an epoch). Targets: within 3% of `none`'s final "
               f"(TopK 0.1% within 5%). `ddp:METHOD`: the method as a torch DDP hook (bench/ddp_train.py), "
               f"its final beside the same method's through Horovod. By `bench/quality.py`."]

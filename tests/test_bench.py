@@ -88,7 +88,7 @@ def test_converged_quality_reads_steps_and_targets():
     assert quality.steps_to(runs[3], 153) == 200 and quality.steps_to(runs[3], 151) is None
     table = report.quality_table({"cells": {str(i): r for i, r in enumerate(runs)}})
     # none's median final is 150: AdaComp's 152 is within 3%, TopK 0.1%'s 156 within its 5%
-    assert "| LSTM | `none` | 3 | 150.0 [140.0-160.0] |" in table
+    assert "| LSTM | `none` | 3 | loopback | 150.0 [140.0-160.0] |" in table
     assert "1.013x (<= 1.03x: met) | 200 | 200 |  |" in table  # 153 (150 + 2%) first met at its end
     assert "0.987x (<= 1.03x: met) | 200 | 200 | 0.974x |" in table  # the DDP hook beside Horovod's AdaComp
     assert "1.040x (<= 1.05x: met)" in table
@@ -105,6 +105,22 @@ def test_converged_quality_reads_steps_and_targets():
     assert "| `topk:ratio=0.001` |  |  |  |  |" in table  # not timed
     # the second half's 80 steps took 168 s, 160 s computed; the first half 15 s more than computed
     assert "| 100 Mbit/s | `none` | 80 | 168.0 | 160.0 | 1.05 (met) | 15.0 |" in table
+
+
+def test_converged_quality_counts_the_steps_a_run_sent_compressed():
+    import quality
+
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    from ptb_data import load_ptb
+
+    steps = quality.steps_per_epoch(quality.QUICK) * 2  # QUICK trains 2 epochs
+    table = len(load_ptb()[0]) * 128  # the example's embedding and softmax weights at its default width
+    run = {"options": quality.QUICK, "steps_per_epoch": steps // 2, "per_tensor": {
+        "embedding.weight": {"dense_bytes": 4 * table * steps, "sent_bytes": 1},  # every step
+        "softmax.weight": {"dense_bytes": 4 * table * steps // 2, "sent_bytes": 1}}}  # half of them
+    assert abs(quality.compressed_share(run) - 0.75) < 1e-6
+    assert quality.compressed_share({"per_tensor": {}}) is None  # Horovod's own: nothing to count
+    assert quality.train_rate("none") is None and quality.train_rate("fp16") is None
 
 
 def _cell(method: str, samples_per_s: float, run: int) -> dict:
