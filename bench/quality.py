@@ -92,13 +92,23 @@ def cells_of(result: dict, kind: str) -> dict[tuple, dict]:
     return {(c["method"], c["rate_mbit"]): c for c in result["cells"].values() if c.get("kind") == kind}
 
 
+def epochs_to(run: dict, perplexity: float) -> float | None:
+    """Epochs until ``run``'s first validation point at ``perplexity`` or lower (None: never)."""
+    return next((epochs for epochs, value in run["valid_perplexity"] if value <= perplexity), None)
+
+
 def steps_to(run: dict, perplexity: float) -> float | None:
     """Optimizer steps until ``run``'s first validation point at ``perplexity`` or lower (None:
     never)."""
-    for epochs, value in run["valid_perplexity"]:
-        if value <= perplexity:
-            return epochs * run["steps_per_epoch"]
-    return None
+    epochs = epochs_to(run, perplexity)
+    return None if epochs is None else epochs * run["steps_per_epoch"]
+
+
+def seconds_to(run: dict, perplexity: float) -> float | None:
+    """``run``'s own training seconds (evaluation excluded) until its first validation point at
+    ``perplexity`` or lower (None: never)."""
+    epochs = epochs_to(run, perplexity)
+    return None if epochs is None else dict(map(tuple, run["train_seconds"]))[epochs]
 
 
 def median_run(runs: list[dict]) -> dict:

@@ -98,13 +98,20 @@ def test_converged_quality_reads_steps_and_targets():
         cells[f"step {method}"] = {"kind": "step", "method": method, "rate_mbit": 100, "step_s": step_s}
     cells["check"] = {"kind": "check", "method": "none", "rate_mbit": 100, "points": [(80, 175.0), (160, 343.0)]}
     table = report.time_to_quality_table({"cells": cells})
-    assert "| `none` | 400 |  | 0.50x | 400 |" in table  # 200 steps of 2 s
+    assert "| `none` | *400* |  | 0.50x | *400* |" in table  # 200 steps of 2 s, computed (italics)
     # the best method (the DDP hook, 200 steps of 0.1 s) carries the targets' marks, the others ratios
-    assert "| `ddp:adacomp` | 20 | 20x met | 10x met | 20 |" in table
-    assert "| `adacomp` | 40 | 10.00x | 5.00x | 40 |" in table
+    assert "| `ddp:adacomp` | *20* | 20x met | 10x met | *20* |" in table
+    assert "| `adacomp` | *40* | 10.00x | 5.00x | *40* |" in table
     assert "| `topk:ratio=0.001` |  |  |  |  |" in table  # not timed
     # the second half's 80 steps took 168 s, 160 s computed; the first half 15 s more than computed
-    assert "| 100 Mbit/s | `none` | 80 | 168.0 | 160.0 | 1.05 (met) | 15.0 |" in table
+    assert "| 100 Mbit/s | `none`, first steps | 80 | 168.0 | 160.0 | 1.05 (met) | 15.0 |  |" in table
+    # a run that trained on the simulated link: its own clock, not steps x step time, and checked whole
+    # (half-epochs of 50 steps: 9 s, then 5, 5, 5 against 50 x 0.2 = 10 s computed)
+    cells[str(3)] = {**cells[str(3)], "rate_mbit": 100, "steps_per_epoch": 100,
+                     "train_seconds": [(0.5, 9.0), (1.0, 14.0), (1.5, 19.0), (2.0, 24.0)]}
+    table = report.time_to_quality_table({"cells": cells})
+    assert "| `adacomp` | 24 | 16.67x | 8.33x | 24 |" in table  # 153 first met at the end, 24 s
+    assert "| 100 Mbit/s | `adacomp`, whole run | 200 | 24.0 | 40.0 | 0.60 (**not met**) | 4.0 | 0.50 (slowest: 1.8x the median) |" in table
 
 
 def test_converged_quality_counts_the_steps_a_run_sent_compressed():
