@@ -1304,8 +1304,6 @@ OLDER: dict[str, str] = {
     "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
            "without trials)",
     "nodes": f"measured before {_REPEATS} and {_CONFIRMED}",
-    "quality": f"measured before {_REPEATS}, {_CONFIRMED}, and before bench/quality.py's check run read "
-               "PTB's word count from the data (the same count)",
 }
 #: results files whose latest commit added runs to cached runs of earlier sweeps: what those
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
@@ -1316,6 +1314,10 @@ EARLIER_RUNS: dict[str, str] = {
                         "MNIST at 1 Gbit/s for `none` and the design-card methods (np=2, 3 seeds; np=4, 1) re-run "
                         "on the confirming planner, one commit before the fix of a crash none of them reached "
                         "(docs/benchmarks.md, `auto` row)",
+    "quality": f"`none`'s converged run, the step times and the first-steps checks measured before {_REPEATS}, "
+               f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
+               "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
+               "one commit before the report read a run's own clock (which changed no measurement)",
 }
 
 
