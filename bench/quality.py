@@ -1,9 +1,11 @@
-"""Final quality on a converged language model: examples/pytorch_ptb_lm.py's LSTM trained with
-SGD to the end of a fixed learning-rate schedule at np=4, per method and seed, on loopback.
+"""Final quality on converged language models: examples/pytorch_ptb_lm.py's LSTM trained with
+SGD, and examples/pytorch_ptb_transformer.py's small GPT trained with AdamW, each to the end of a
+fixed learning-rate schedule at np=4, per method and seed.
 
     .venv/bin/python bench/quality.py                           # every method of METHODS and DDP_METHODS, seed 42
     .venv/bin/python bench/quality.py --methods none onebit --seeds 42 43 44
     .venv/bin/python bench/quality.py --methods ddp:onebit      # OneBit as a torch DDP hook
+    .venv/bin/python bench/quality.py --model transformer --methods none onebit
     .venv/bin/python bench/quality.py --quick                   # 2 short epochs, a smoke test
 
 Where each method trains: Horovod's own ``none`` and ``fp16`` on loopback, every other method on
@@ -24,10 +26,20 @@ gradient clipped to 0.25 slows learning per word), 35 words a segment, learning 
 epochs, then halved after each epoch (Zaremba et al.'s schedule), 8 epochs. What it reaches
 uncompressed is the table's first row (docs/benchmarks.md, "Converged language models").
 
+The transformer's recipe (``TRANSFORMER_RECIPE``): the example's own AdamW schedule (warmup over 5%
+of the steps, a cosine to a tenth of the peak at the last) over 3 epochs of 8 streams of 64 words
+a worker, 454 steps an epoch at np=4. Its step computes in about 1.3 s here at np=4 (four workers
+on two cores; measured on loopback, 22 steps in 28 s), so 3 epochs take about half an hour a run,
+the most this 2-core machine gives a method; the cosine ends every run on a plateau of its
+schedule, and the curves show how much the last epoch still gained.
+
 Time to quality on a slow link, computed (issue 31 allows it, and says which cells are): the
 steps a method needed here times its step on the simulated cluster (bench/netsim.py) at np=4,
 100 Mbit/s and 1 Gbit/s, measured as the throughput bench measures a cell (the synthetic
 benchmark's ``lstm`` model: the same LSTM, 8 streams of 35 words a worker, the recipe's step).
+The transformer has no synthetic twin: its step is timed on the example itself, the second half of
+2 x ``TRANSFORMER_STEP_STEPS`` steps trained on the simulated cluster (the first half holds the
+run's start).
 The computation is checked against real throttled runs: the recipe's first 2 x ``CHECK_STEPS``
 steps trained on the simulated cluster by ``CHECKED`` methods at 100 Mbit/s, the second half's
 training seconds against steps x step time (target: within 10%); the first half's excess over
@@ -52,6 +64,15 @@ WORKERS = 4
 RECIPE = ["--epochs", "8", "--batch-size", "8", "--bptt", "35", "--halve-after", "4", "--evals-per-epoch", "2"]
 QUICK = ["--epochs", "2", "--batch-size", "8", "--train-fraction", "0.02", "--halve-after", "1",
          "--evals-per-epoch", "1"]
+TRANSFORMER_RECIPE = ["--epochs", "3", "--batch-size", "8", "--bptt", "64", "--evals-per-epoch", "2"]
+TRANSFORMER_QUICK = ["--epochs", "2", "--batch-size", "8", "--bptt", "64", "--train-fraction", "0.02",
+                     "--evals-per-epoch", "1"]
+#: each converged model: the example that trains it, its recipe and --quick options, and the
+#: bench/time_to_accuracy.py workload that trains it on the simulated cluster
+MODELS = {"lstm": {"example": "pytorch_ptb_lm", "recipe": RECIPE, "quick": QUICK, "workload": "ptb"},
+          "transformer": {"example": "pytorch_ptb_transformer", "recipe": TRANSFORMER_RECIPE,
+                          "quick": TRANSFORMER_QUICK, "workload": "ptb_transformer"}}
+TRANSFORMER_STEP_STEPS = 20
 #: uncompressed and the design-card methods first: a partial sweep still answers the main question
 METHODS = ["none", "topk:ratio=0.01", "onebit", "adacomp", "fp16", "topk:ratio=0.001", "powersgd:rank=1",
            "dgc", "efsignsgd", "qsgd"]
@@ -87,9 +108,11 @@ def runs_of(result: dict) -> list[dict]:
     return [r for r in runs if not r["quick"]] or runs
 
 
-def cells_of(result: dict, kind: str) -> dict[tuple, dict]:
-    """(method, Mbit/s) -> ``result``'s step time or check cell (``kind``: "step" or "check")."""
-    return {(c["method"], c["rate_mbit"]): c for c in result["cells"].values() if c.get("kind") == kind}
+def cells_of(result: dict, kind: str, model: str = "lstm") -> dict[tuple, dict]:
+    """(method, Mbit/s) -> ``result``'s step time or check cell (``kind``: "step" or "check") of
+    ``model`` (the LSTM's first cells name none: they are the LSTM's)."""
+    return {(c["method"], c["rate_mbit"]): c for c in result["cells"].values()
+            if c.get("kind") == kind and c.get("model", "lstm") == model}
 
 
 def epochs_to(run: dict, perplexity: float) -> float | None:
@@ -125,18 +148,18 @@ def train_rate(method: str) -> float | None:
     return None if method in LOOPBACK or unavailable() else TRAIN_RATE
 
 
-def train(method: str, options: list[str], seed: int) -> dict:
-    """One run: ``method`` an hvd_compress spec under Horovod, or ``ddp:SPEC``, the same method as
-    a torch DDP hook (bench/ddp_train.py under torchrun), on loopback or the simulated cluster
-    (``train_rate``)."""
+def train(model: str, method: str, options: list[str], seed: int) -> dict:
+    """One run of ``model``: ``method`` an hvd_compress spec under Horovod, or ``ddp:SPEC``, the
+    same method as a torch DDP hook (bench/ddp_train.py under torchrun), on loopback or the
+    simulated cluster (``train_rate``)."""
     from time_to_accuracy import train as throttled
 
     rate = train_rate(method)
     if rate is None:
-        result = launch_metrics(WORKERS, [os.path.join(EXAMPLES, "pytorch_ptb_lm.py"), "--compression", method,
-                                          *options, "--seed", str(seed)], timeout=3 * 3600)
+        result = launch_metrics(WORKERS, [os.path.join(EXAMPLES, MODELS[model]["example"] + ".py"), "--compression",
+                                          method, *options, "--seed", str(seed)], timeout=3 * 3600)
     else:
-        result = throttled("ptb", method, WORKERS, rate, options, seed)
+        result = throttled(MODELS[model]["workload"], method, WORKERS, rate, options, seed)
     result.update({"rate_mbit": rate, "steps_per_epoch": steps_per_epoch(options)})
     return result
 
@@ -147,34 +170,40 @@ def compressed_share(run: dict) -> float | None:
     tensors (Horovod's own, or a DDP hook)."""
     if not run.get("per_tensor"):
         return None
-    sys.path.insert(0, EXAMPLES)
-    import pytorch_ptb_lm
-    from models import LSTMLanguageModel
-    from ptb_data import load_ptb
+    import importlib
 
-    argv, sys.argv = sys.argv, ["pytorch_ptb_lm.py", *run["options"]]
+    import torch
+
+    sys.path.insert(0, EXAMPLES)
+    example = importlib.import_module(MODELS[run.get("model", "lstm")]["example"])
+    argv, sys.argv, threads = sys.argv, [example.__file__, *run["options"]], torch.get_num_threads()
     try:
-        args = pytorch_ptb_lm.parse_args()
-    finally:
+        args = example.parse_args()
+        sizes = dict(example.build(args, WORKERS)[0].named_parameters())
+    finally:  # the example's build sets one thread a worker
         sys.argv = argv
-    model = LSTMLanguageModel(len(load_ptb()[0]), args.width, args.layers, args.dropout)
-    sizes = dict(model.named_parameters())
+        torch.set_num_threads(threads)
     steps = run["steps_per_epoch"] * args.epochs
     dense = sum(4 * sizes[name].numel() * steps for name in run["per_tensor"])
     return sum(t["dense_bytes"] for t in run["per_tensor"].values()) / dense
 
 
-def step_seconds(method: str, rate_mbit: float) -> dict:
-    """``method``'s median step at np=4 on the simulated cluster at ``rate_mbit``, the recipe's
-    step (the throughput bench's ``lstm`` model, 8 streams a worker)."""
+def step_seconds(model: str, method: str, rate_mbit: float) -> dict:
+    """``method``'s step at np=4 on the simulated cluster at ``rate_mbit``, the recipe's step:
+    for the LSTM the throughput bench's ``lstm`` model at 8 streams a worker (median of 10
+    steps), for the transformer the example's own steps (``check_run``'s second half)."""
     from throughput import measure
 
+    if model == "transformer":
+        points = check_run(model, method, rate_mbit, TRANSFORMER_STEP_STEPS)["points"]
+        (half, first), (end, last) = points[0], points[-1]
+        return {"step_s": (last - first) / (end - half), "points": points}
     cell = measure(WORKERS, method, "lstm", rate_mbit, steps=10, batch_size=8)
     return {"step_s": WORKERS * 8 / cell["samples_per_s"], "samples_per_s": cell["samples_per_s"]}
 
 
-def check_run(method: str, rate_mbit: float) -> dict:
-    """The recipe's first 2 x ``CHECK_STEPS`` steps trained for real on the simulated cluster,
+def check_run(model: str, method: str, rate_mbit: float, steps: int = CHECK_STEPS) -> dict:
+    """``model``'s recipe's first 2 x ``steps`` steps trained for real on the simulated cluster,
     timed at their middle and end (training seconds, evaluation excluded): the second half is the
     steady state to set beside steps x step time; the first also holds the run's one-time start
     (auto's measurements and trials, the kernels' first calls)."""
@@ -183,10 +212,12 @@ def check_run(method: str, rate_mbit: float) -> dict:
     sys.path.insert(0, EXAMPLES)
     from ptb_data import load_ptb
 
-    words = 2 * CHECK_STEPS * WORKERS * 8 * 35 / len(load_ptb()[1]["train"])
-    options = [*RECIPE[RECIPE.index("--batch-size"):], "--epochs", "1", "--train-fraction", f"{words:.5f}"]
+    recipe = MODELS[model]["recipe"]
+    value = dict(zip(recipe, recipe[1:]))
+    words = 2 * steps * WORKERS * int(value["--batch-size"]) * int(value["--bptt"]) / len(load_ptb()[1]["train"])
+    options = [*recipe[recipe.index("--batch-size"):], "--epochs", "1", "--train-fraction", f"{words:.5f}"]
     options[options.index("--evals-per-epoch") + 1] = "2"
-    run = throttled("ptb", method, WORKERS, rate_mbit, options, 42)
+    run = throttled(MODELS[model]["workload"], method, WORKERS, rate_mbit, options, 42)
     steps = steps_per_epoch(options)
     return {"points": [(at * steps, seconds) for at, seconds in run["train_seconds"]]}
 
@@ -197,15 +228,17 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="ignore cached runs")
     parser.add_argument("--methods", nargs="+", default=METHODS + DDP_METHODS, metavar="SPEC")
     parser.add_argument("--seeds", nargs="+", type=int, default=[42])
+    parser.add_argument("--model", default="lstm", choices=list(MODELS))
     parser.add_argument("--no-runs", action="store_true",
                         help="only time the steps and run the checks (the converged runs take hours)")
     args = parser.parse_args()
-    options = QUICK if args.quick else RECIPE
-    cells = {f"lstm|np={WORKERS}|{rate_label(train_rate(method)) if train_rate(method) else 'loopback'}|"
+    model = args.model
+    options = MODELS[model]["quick" if args.quick else "recipe"]
+    cells = {f"{model}|np={WORKERS}|{rate_label(train_rate(method)) if train_rate(method) else 'loopback'}|"
              f"{method}|{' '.join(options)}|seed={seed}":
-             lambda method=method, seed=seed: {"kind": "run", "model": "lstm", "np": WORKERS, "method": method,
+             lambda method=method, seed=seed: {"kind": "run", "model": model, "np": WORKERS, "method": method,
                                                "seed": seed, "options": options, "quick": args.quick,
-                                               **train(method, options, seed)}
+                                               **train(model, method, options, seed)}
              for seed in args.seeds for method in args.methods if not args.no_runs}
     cache = ResultCache("quality", args.fresh)
     if cells:
@@ -214,14 +247,14 @@ def main() -> None:
     if unavailable() or args.quick:
         print("no step times: the simulated cluster", unavailable() or "is not timed in --quick")
     else:
-        timed = {f"step|lstm|np={WORKERS}|{rate_label(rate)}|{method}":
-                 lambda method=method, rate=rate: {"kind": "step", "method": method, "rate_mbit": rate,
-                                                   **step_seconds(method, rate)}
+        timed = {f"step|{model}|np={WORKERS}|{rate_label(rate)}|{method}":
+                 lambda method=method, rate=rate: {"kind": "step", "model": model, "method": method,
+                                                   "rate_mbit": rate, **step_seconds(model, method, rate)}
                  for rate in RATES for method in args.methods}
         timed.update({f"check|lstm|np={WORKERS}|{rate_label(RATES[0])}|{method}|steps={CHECK_STEPS}":
-                      lambda method=method: {"kind": "check", "method": method, "rate_mbit": RATES[0],
-                                             **check_run(method, RATES[0])}
-                      for method in CHECKED if method in args.methods})
+                      lambda method=method: {"kind": "check", "model": model, "method": method,
+                                             "rate_mbit": RATES[0], **check_run(model, method, RATES[0])}
+                      for method in CHECKED if method in args.methods and model == "lstm"})
         cache.sweep(timed, lambda c: f"{c.get('step_s', 0):.3f} s a step" if c["kind"] == "step" else
                     f"{c['points'][-1][0]:.0f} steps in {c['points'][-1][1]:.1f} s")
     import plots

@@ -766,13 +766,15 @@ def _ptb_limit(method: str) -> float:
 def _accuracy(convergence: dict, tta: dict, quality: dict) -> dict[str, dict]:
     """Per hvd_compress compressor at its defaults: MNIST test accuracy minus `none`'s (points,
     by world size), PTB perplexity over `none`'s minus 1 (100 Mbit/s, by world size; and, where
-    it ran, at the end of the converged LSTM's schedule), the optimizer it ran with, and what fell
+    it ran, at the end of each converged model's schedule), the optimizer it ran with, and what fell
     outside the targets (``misses``)."""
     from quality import median_run, runs_of
     from time_to_accuracy import summary
 
-    converged = {m: median_run([r for r in runs_of(quality) if r["method"] == m])["valid_perplexity"][-1][1]
-                 for m in dict.fromkeys(r["method"] for r in runs_of(quality))}
+    finals = {(r["model"], r["method"]): median_run([q for q in runs_of(quality) if (q["model"], q["method"]) ==
+                                                     (r["model"], r["method"])])["valid_perplexity"][-1][1]
+              for r in runs_of(quality)}
+    models = list(dict.fromkeys(model for model, _ in finals))
 
     runs = longest_run(convergence)
     final = {(c["np"], c["method"]): c["test_accuracy"][-1][1] for c in runs}
@@ -790,35 +792,39 @@ def _accuracy(convergence: dict, tta: dict, quality: dict) -> dict[str, dict]:
             mine, dense = summary(method, here), summary("none", here)
             if mine and dense:
                 perplexity[p] = mine["final"] / dense["final"] - 1
-        gap = converged[method] / converged["none"] - 1 if {method, "none"} <= set(converged) else None
+        converged = {m: finals[m, method] / finals[m, "none"] - 1 if {(m, method), (m, "none")} <= set(finals)
+                     else None for m in models}
         misses = [f"MNIST np={p}" for p, d in mnist.items() if d < -0.5]
         misses += [f"PTB np={p}" for p, g in perplexity.items() if g > _ptb_limit(method)]
-        misses += ["PTB converged"] if gap is not None and gap > _ptb_limit(method) else []
+        misses += [f"PTB converged {m}" for m, g in converged.items() if g is not None and g > _ptb_limit(method)]
         optimizer = c.get("optimizer", "example's")
-        out[method] = {"mnist": mnist, "ptb": perplexity, "converged": gap, "misses": misses,
+        out[method] = {"mnist": mnist, "ptb": perplexity, "converged": converged, "misses": misses,
                        "optimizer": "SGD, momentum 0.9" if optimizer == "example's" else f"`{optimizer}`"}
     return out
 
 
 def accuracy_table(convergence: dict, tta: dict, quality: dict) -> str:
     """Each compressor's accuracy caveats, from the convergence runs (LeNet-5, MNIST), the
-    time-to-accuracy runs (LSTM, PTB, 100 Mbit/s) and the converged LSTM runs."""
+    time-to-accuracy runs (LSTM, PTB, 100 Mbit/s) and the converged language models' runs."""
     found = _accuracy(convergence, tta, quality)
     mnist_sizes = sorted({p for a in found.values() for p in a["mnist"]})
     ptb_sizes = sorted({p for a in found.values() for p in a["ptb"]})
+    models = list(dict.fromkeys(m for a in found.values() for m in a["converged"]))
     lines = ["| method | MNIST test accuracy vs `none`, points, " + " / ".join(f"np={p}" for p in mnist_sizes)
              + " | PTB perplexity vs `none`, " + " / ".join(f"np={p}" for p in ptb_sizes)
-             + " | PTB, converged LSTM, np=4 | optimizer in these runs | kept accuracy |", "|---" * 6 + "|"]
+             + "".join(f" | PTB, converged {m if m == 'transformer' else m.upper()}, np=4" for m in models)
+             + " | optimizer in these runs | kept accuracy |", "|---" * (5 + len(models)) + "|"]
     for method, a in found.items():
         mnist = " / ".join(f"{a['mnist'][p]:+.2f}" if p in a["mnist"] else "-" for p in mnist_sizes)
         ptb = " / ".join(f"{100 * a['ptb'][p]:+.1f}%" if p in a["ptb"] else "-" for p in ptb_sizes)
         kept = "yes" if not a["misses"] else "**no**: " + ", ".join(a["misses"])
-        converged = "-" if a["converged"] is None else f"{100 * a['converged']:+.1f}%"
-        lines.append(f"| `{method}` | {mnist} | {ptb} | {converged} | {a['optimizer']} | {kept} |")
+        converged = "".join(" | -" if a["converged"].get(m) is None else f" | {100 * a['converged'][m]:+.1f}%"
+                            for m in models)
+        lines.append(f"| `{method}` | {mnist} | {ptb}{converged} | {a['optimizer']} | {kept} |")
     lines += ["", "Kept accuracy: final MNIST test accuracy at most 0.5 points below uncompressed "
               "Horovod's and final PTB validation perplexity at most 3% above it (5% for "
               "`topk:ratio=0.001`), at every world size measured and, where it ran, at the end of the "
-              "converged LSTM's schedule (\"-\": not measured). One seed on MNIST; on PTB the median "
+              "converged language models' schedules (\"-\": not measured). One seed on MNIST; on PTB the median "
               "of three where three ran. The PTB columns before the converged one are early training "
               "(half an epoch). Details: [docs/benchmarks.md](docs/benchmarks.md#convergence), "
               "[converged](docs/benchmarks.md#quality)."]
@@ -914,8 +920,8 @@ SUMMARY = [
     ("nodes_targets", "clusters of nodes, TopK and OneBit", ("nodes",)),
     ("ddp_targets", "our DDP hooks against DDP's own", ("ddp",)),
     ("ddp_quality", "the same method as a DDP hook and through Horovod", ("time_to_accuracy",)),
-    ("quality", "LSTM on PTB trained to the end of its schedule, np=4", ("quality",)),
-    ("time_to_quality", "time to quality on the converged LSTM, np=4", ("quality",)),
+    ("quality", "language models on PTB trained to the end of their schedules, np=4", ("quality",)),
+    ("time_to_quality", "time to quality on the converged language models, np=4", ("quality",)),
 ]
 WHOLE = {"auto_targets"}
 
@@ -1111,7 +1117,7 @@ def ddp_quality_table(result: dict) -> str:
 
 # --- converged language models (bench/quality.py) ------------------------------------------------
 def quality_table(result: dict) -> str:
-    """Issue 31's quality targets on the converged LSTM: each method's final validation
+    """Issue 31's quality targets on the converged language models: each method's final validation
     perplexity (median over its seeds) against uncompressed Horovod's, and the steps each needed
     to reach uncompressed training's final +2% and its own final."""
     from quality import DEFAULT_WITHIN, WITHIN, compressed_share, median_run, runs_of, steps_to
@@ -1144,8 +1150,11 @@ def quality_table(result: dict) -> str:
                          f"{'never' if reach is None else f'{reach:.0f}'} | {steps_to(run, final):.0f} | "
                          + (f"{final / finals[method[4:]]:.3f}x" if method[4:] in finals and method.startswith("ddp:")
                             else "") + " |")
-    options = " ".join(runs[0]["options"])
-    lines += ["", f"np={runs[0]['np']}, `examples/pytorch_ptb_lm.py {options}`: validation "
+    from quality import MODELS
+
+    commands = " and ".join(dict.fromkeys(f"`examples/{MODELS[r['model']]['example']}.py {' '.join(r['options'])}`"
+                                          for r in runs))
+    lines += ["", f"np={runs[0]['np']}, {commands}: validation "
               f"perplexity at the end of training (the median seed's, the range over seeds in brackets), "
               f"the test perplexity of the same run, where it trained (Horovod's own `none` and `fp16` on "
               f"loopback; the methods `auto` routes on the simulated cluster, whose slow link keeps "
@@ -1158,14 +1167,25 @@ def quality_table(result: dict) -> str:
 
 
 def time_to_quality_table(result: dict) -> str:
-    """Issue 31's time targets on the converged LSTM: the seconds each method needed to reach
+    """Issue 31's time targets on each converged model: the seconds each method needed to reach
     uncompressed training's final +2% (and its own final) at np=4, its run's own clock where it
     trained on that link, else computed (the steps it needed times its step on the simulated
     cluster); the best method against `none` (>= 3x sooner) and `fp16` (>= 1.5x) at the slowest
     link; then the checks of the computation against real throttled runs (within 10%)."""
+    from quality import runs_of
+
+    models = list(dict.fromkeys(r["model"] for r in runs_of(result)))
+    tables = [_time_to_quality(result, model) for model in models]
+    if len(models) > 1:
+        tables = [f"{model.upper()}:\n\n{table}" for model, table in zip(models, tables)]
+    return "\n\n".join(tables)
+
+
+def _time_to_quality(result: dict, model: str) -> str:
     from quality import cells_of, median_run, runs_of, seconds_to, steps_to
 
-    runs, steps, checks = runs_of(result), cells_of(result, "step"), cells_of(result, "check")
+    runs = [r for r in runs_of(result) if r["model"] == model]
+    steps, checks = cells_of(result, "step", model), cells_of(result, "check", model)
     median = {m: median_run([r for r in runs if r["method"] == m]) for m in dict.fromkeys(r["method"] for r in runs)}
     if "none" not in median or not steps:
         return "Not measured yet: `sudo .venv/bin/python bench/quality.py` times the steps on the simulated cluster."
@@ -1207,8 +1227,9 @@ def time_to_quality_table(result: dict) -> str:
     lines += ["", "Seconds of training (evaluation excluded), np=4. Plain: the run's own clock, for the methods "
               "that trained on that simulated link (the runs above). In italics, computed: steps from the "
               "converged runs above (the median seed, at their validation points) x the method's step on "
-              "the simulated cluster (the synthetic benchmark's `lstm` model at 8 streams a worker, median "
-              "of 10 steps). The targets (>= 3x sooner than `none`, >= 1.5x than `fp16`) are marked on the "
+              "the simulated cluster (for the LSTM the synthetic benchmark's `lstm` model at 8 streams a "
+              "worker, median of 10 steps; for the transformer the example's own steps, the second half of "
+              "its first 40 trained on the simulated cluster). The targets (>= 3x sooner than `none`, >= 1.5x than `fp16`) are marked on the "
               "best method at the slowest link; the other ratios are for reading."]
     lines += ["", "| checked at | method | steps | real training seconds | steps x step time "
               "| real / computed (within 10%) | first part's excess (s) | median half-epoch: real / computed |",
@@ -1304,20 +1325,22 @@ OLDER: dict[str, str] = {
     "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
            "without trials)",
     "nodes": f"measured before {_REPEATS} and {_CONFIRMED}",
+    "time_to_accuracy": f"most runs measured {_PLANNED}; some are older still (docs/benchmarks.md says "
+                        f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}; "
+                        "MNIST at 1 Gbit/s for `none` and the design-card methods (np=2, 3 seeds; np=4, 1) re-run "
+                        "on the confirming planner, one commit before the fix of a crash none of them reached "
+                        "(docs/benchmarks.md, `auto` row); and all before bench/time_to_accuracy.py learned the "
+                        "transformer's workload, which only bench/quality.py trains (no run here changed)",
+    "quality": f"`none`'s converged run, the step times and the first-steps checks measured before {_REPEATS}, "
+               f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
+               "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
+               "one commit before the report read a run's own clock (which changed no measurement); all "
+               "of them before bench/quality.py learned the transformer (the LSTM's runs unchanged)",
 }
 #: results files whose latest commit added runs to cached runs of earlier sweeps: what those
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
-    "time_to_accuracy": f"most runs measured {_PLANNED}; some are older still (docs/benchmarks.md says "
-                        f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}; "
-                        "MNIST at 1 Gbit/s for `none` and the design-card methods (np=2, 3 seeds; np=4, 1) re-run "
-                        "on the confirming planner, one commit before the fix of a crash none of them reached "
-                        "(docs/benchmarks.md, `auto` row)",
-    "quality": f"`none`'s converged run, the step times and the first-steps checks measured before {_REPEATS}, "
-               f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
-               "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
-               "one commit before the report read a run's own clock (which changed no measurement)",
 }
 
 

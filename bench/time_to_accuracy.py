@@ -62,7 +62,10 @@ WORKLOADS = {
     "ptb": {"example": "pytorch_ptb_lm.py", "quality": "valid_perplexity", "within": 0.05,
             "options": ["--epochs", "1", "--train-fraction", "0.5", "--evals-per-epoch", "8"],
             "quick": ["--epochs", "1", "--train-fraction", "0.05", "--evals-per-epoch", "2"]},
+    # not raced here: bench/quality.py trains it to convergence on the simulated cluster (``train``)
+    "ptb_transformer": {"example": "pytorch_ptb_transformer.py", "quality": "valid_perplexity"},
 }
+RACED = ["mnist", "ptb"]
 #: the design-card methods as torch DDP hooks (hvd_compress.ddp under bench/ddp_train.py): the
 #: same method through the other front door, for issue 27's "same final quality as Horovod"
 DDP_METHODS = ["ddp:topk:ratio=0.01", "ddp:onebit", "ddp:adacomp"]
@@ -177,7 +180,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="np=2, 100 Mbit/s, 3 methods, short runs")
     parser.add_argument("--fresh", action="store_true", help="ignore cached runs")
-    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", default=RACED, choices=RACED)
     parser.add_argument("--methods", nargs="+", default=None, metavar="METHOD",
                         help="hvd_compress specs or ddp:HOOK (default: all)")
     parser.add_argument("--workers", nargs="+", type=int, default=SIZES)

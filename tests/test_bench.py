@@ -112,6 +112,15 @@ def test_converged_quality_reads_steps_and_targets():
     table = report.time_to_quality_table({"cells": cells})
     assert "| `adacomp` | 24 | 16.67x | 8.33x | 24 |" in table  # 153 first met at the end, 24 s
     assert "| 100 Mbit/s | `adacomp`, whole run | 200 | 24.0 | 40.0 | 0.60 (**not met**) | 4.0 | 0.50 (slowest: 1.8x the median) |" in table
+    # a second model: a section of its own, from its own runs and step cells
+    for method, step_s in (("none", 3.0), ("onebit", 1.0)):
+        cells[f"transformer {method}"] = {**_quality_run(method, 42, [500, 300, 200, 180]), "model": "transformer"}
+        cells[f"transformer step {method}"] = {"kind": "step", "model": "transformer", "method": method,
+                                               "rate_mbit": 100, "step_s": step_s}
+    table = report.time_to_quality_table({"cells": cells})
+    lstm, transformer = table.split("TRANSFORMER:")
+    assert lstm.startswith("LSTM:") and "| `adacomp` | 24 |" in lstm and "`onebit`" not in lstm
+    assert "| `none` | *600* |" in transformer and "| `onebit` | *200* | 3x met |" in transformer
 
 
 def test_converged_quality_counts_the_steps_a_run_sent_compressed():
@@ -126,6 +135,14 @@ def test_converged_quality_counts_the_steps_a_run_sent_compressed():
         "embedding.weight": {"dense_bytes": 4 * table * steps, "sent_bytes": 1},  # every step
         "softmax.weight": {"dense_bytes": 4 * table * steps // 2, "sent_bytes": 1}}}  # half of them
     assert abs(quality.compressed_share(run) - 0.75) < 1e-6
+    # the transformer's tensors, sized from its own example: 64 words a step, the tied embedding
+    options = quality.TRANSFORMER_QUICK
+    steps = quality.steps_per_epoch(options) * 2
+    run = {"model": "transformer", "options": options, "steps_per_epoch": steps // 2, "per_tensor": {
+        "embedding.weight": {"dense_bytes": 4 * len(load_ptb()[0]) * 256 * steps, "sent_bytes": 1},
+        "position.weight": {"dense_bytes": 0, "sent_bytes": 1}}}  # 64 x 256, never compressed
+    share = quality.compressed_share(run)
+    assert abs(share - 2_560_000 / (2_560_000 + 64 * 256)) < 1e-6
     assert quality.compressed_share({"per_tensor": {}}) is None  # Horovod's own: nothing to count
     assert quality.train_rate("none") is None and quality.train_rate("fp16") is None
 
