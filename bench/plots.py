@@ -212,26 +212,45 @@ def time_to_accuracy(result: dict) -> list[str]:
 
 
 def quality(result: dict) -> list[str]:
-    """Validation perplexity against optimizer steps on the converged language model, one line
-    per method (its median seed), the quick runs apart from the full ones."""
-    from quality import median_run, runs_of
+    """Validation perplexity of the converged language models, one line per method (its median
+    seed), one row of panels per model: against optimizer steps, and against training seconds
+    at np=4 on the slowest link timed (the run's own clock where it trained there, solid;
+    computed as steps x step time otherwise, dotted). The quick runs are drawn apart from the
+    full ones."""
+    from quality import cells_of, median_run, runs_of
 
     runs = runs_of(result)
-    fig, axes = _panels(sorted({r["model"] for r in runs}), lambda m: f"PTB {m}, np={runs[0]['np']}, converged")
-    for model, ax in axes.items():
+    models = sorted({r["model"] for r in runs})
+    rate = min((rate for m in models for _, rate in cells_of(result, "step", m)), default=None)
+    keys = [(m, axis) for m in models for axis in ("steps", "seconds")[:1 if rate is None else 2]]
+    fig, axes = _panels(keys, lambda k: f"PTB {k[0]}, np={runs[0]['np']}, converged"
+                        + (f", {rate_label(rate)}" if k[1] == "seconds" else ""))
+    for (model, axis), ax in axes.items():
+        steps = cells_of(result, "step", model)
         methods = list(dict.fromkeys(r["method"] for r in runs if r["model"] == model))
         for i, method in enumerate(methods):
             mine = [r for r in runs if (r["model"], r["method"]) == (model, method)]
             run = median_run(mine)
-            ax.plot([e * run["steps_per_epoch"] for e, _ in run["valid_perplexity"]],
-                    [v for _, v in run["valid_perplexity"]], marker=".", color=f"C{i % 10}",
-                    linestyle=["-", "--"][i // 10 % 2],
+            x = [e * run["steps_per_epoch"] for e, _ in run["valid_perplexity"]]
+            style = ["-", "--"][i // 10 % 2]
+            if axis == "seconds":
+                if run.get("rate_mbit") == rate:
+                    x = [seconds for _, seconds in run["train_seconds"]]
+                elif (method, rate) in steps:
+                    x, style = [n * steps[method, rate]["step_s"] for n in x], ":"
+                else:
+                    continue
+            ax.plot(x, [v for _, v in run["valid_perplexity"]], marker=".", color=f"C{i % 10}", linestyle=style,
                     label=method + (f" (median of {len(mine)})" if len(mine) > 1 else ""))
         ax.set_yscale("log")
         ax.set_yticks([t for t in (100, 120, 150, 200, 300, 500, 1000, 2000) if t <= max(
             v for r in runs for _, v in r["valid_perplexity"])])  # a decade's span has no labelled major tick
         _plain_log(ax.yaxis)
-        ax.set_xlabel("optimizer steps")
+        if axis == "seconds":
+            ax.set_xscale("log")
+            ax.set_xlabel("training seconds (log; dotted: steps x step time)")
+        else:
+            ax.set_xlabel("optimizer steps")
         ax.set_ylabel("validation perplexity (log)")
         ax.legend(fontsize=7)
     return [_save(fig, "quality.png")]
