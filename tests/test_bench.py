@@ -121,6 +121,10 @@ def test_converged_quality_reads_steps_and_targets():
     lstm, transformer = table.split("TRANSFORMER:")
     assert lstm.startswith("LSTM:") and "| `adacomp` | 24 |" in lstm and "`onebit`" not in lstm
     assert "| `none` | *600* |" in transformer and "| `onebit` | *200* | 3x met |" in transformer
+    # no compressed method ever reaches none's final +2%: the targets are not met, on the first one
+    cells["transformer onebit"]["valid_perplexity"][-1] = (2.0, 190)
+    transformer = report.time_to_quality_table({"cells": cells}).split("TRANSFORMER:")[1]
+    assert "| `onebit` | never | never (**not met**) | never (**not met**) |" in transformer
 
 
 def test_converged_quality_counts_the_steps_a_run_sent_compressed():
