@@ -28,10 +28,11 @@ uncompressed is the table's first row (docs/benchmarks.md, "Converged language m
 
 The transformer's recipe (``TRANSFORMER_RECIPE``): the example's own AdamW schedule (warmup over 5%
 of the steps, a cosine to a tenth of the peak at the last) over 3 epochs of 8 streams of 64 words
-a worker, 454 steps an epoch at np=4. Its step computes in about 1.3 s here at np=4 (four workers
-on two cores; measured on loopback, 22 steps in 28 s), so 3 epochs take about half an hour a run,
-the most this 2-core machine gives a method; the cosine ends every run on a plateau of its
-schedule, and the curves show how much the last epoch still gained.
+a worker, 454 steps an epoch at np=4. Its step takes 0.6-0.7 s here at np=4 (four workers on two
+cores; the example's own steps at 1 Gbit/s, measured: 0.73 s for ``none``, 0.61-0.64 s
+compressed), so a run of 3 epochs takes 16 to 33 minutes with its evaluations, the most this
+2-core machine gives a method. The cosine ends every run at the end of its schedule, not at
+convergence: ``none`` still gained 4% in its last half-epoch (the curves show it).
 
 Time to quality on a slow link, computed (issue 31 allows it, and says which cells are): the
 steps a method needed here times its step on the simulated cluster (bench/netsim.py) at np=4,
