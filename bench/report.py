@@ -771,9 +771,10 @@ def _accuracy(convergence: dict, tta: dict, quality: dict) -> dict[str, dict]:
     from quality import median_run, runs_of
     from time_to_accuracy import summary
 
-    finals = {(r["model"], r["method"]): median_run([q for q in runs_of(quality) if (q["model"], q["method"]) ==
-                                                     (r["model"], r["method"])])["valid_perplexity"][-1][1]
-              for r in runs_of(quality)}
+    seeds: dict[tuple[str, str], list[dict]] = {}
+    for run in runs_of(quality):
+        seeds.setdefault((run["model"], run["method"]), []).append(run)
+    finals = {key: median_run(runs)["valid_perplexity"][-1][1] for key, runs in seeds.items()}
     models = list(dict.fromkeys(model for model, _ in finals))
 
     runs = longest_run(convergence)
@@ -812,7 +813,7 @@ def accuracy_table(convergence: dict, tta: dict, quality: dict) -> str:
     models = list(dict.fromkeys(m for a in found.values() for m in a["converged"]))
     lines = ["| method | MNIST test accuracy vs `none`, points, " + " / ".join(f"np={p}" for p in mnist_sizes)
              + " | PTB perplexity vs `none`, " + " / ".join(f"np={p}" for p in ptb_sizes)
-             + "".join(f" | PTB, converged {m if m == 'transformer' else m.upper()}, np=4" for m in models)
+             + "".join(f" | PTB, converged {m.upper()}, np=4" for m in models)
              + " | optimizer in these runs | kept accuracy |", "|---" * (5 + len(models)) + "|"]
     for method, a in found.items():
         mnist = " / ".join(f"{a['mnist'][p]:+.2f}" if p in a["mnist"] else "-" for p in mnist_sizes)
@@ -1182,7 +1183,7 @@ def time_to_quality_table(result: dict) -> str:
 
 
 def _time_to_quality(result: dict, model: str) -> str:
-    from quality import cells_of, median_run, runs_of, seconds_to, steps_to
+    from quality import MODELS, cells_of, median_run, runs_of, seconds_to, steps_to
 
     runs = [r for r in runs_of(result) if r["model"] == model]
     steps, checks = cells_of(result, "step", model), cells_of(result, "check", model)
@@ -1258,7 +1259,7 @@ def _time_to_quality(result: dict, model: str) -> str:
                                     f"{statistics.median(parts) / (half * step_s):.2f} (slowest: "
                                     f"{max(parts) / statistics.median(parts):.1f}x the median)"))
     lines += ["", "The checks: the recipe's first steps trained for real on the simulated cluster "
-              "(examples/pytorch_ptb_lm.py under bench/netsim.py, evaluation excluded), the second half's "
+              f"(examples/{MODELS[model]['example']}.py under bench/netsim.py, evaluation excluded), the second half's "
               "seconds against what the computation predicts for them, the first half's excess over them being the "
               "run's one-time start (auto's link measurement and trials, the kernels' first calls); and each "
               "converged run that trained on the simulated link, whole, its first half-epoch's excess over "
@@ -1302,7 +1303,8 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "nodes": (_PACKAGE, "bench/nodes.py", *_NETSIM),
     "ddp": (_PACKAGE, "bench/ddp_worker.py", *_NETSIM),
     "quality": (_PACKAGE, "bench/quality.py", "bench/ddp_train.py", "bench/time_to_accuracy.py",
-                "examples/pytorch_ptb_lm.py", "examples/training.py", *_NETSIM),
+                "examples/pytorch_ptb_lm.py", "examples/pytorch_ptb_transformer.py", "examples/training.py",
+                *_NETSIM),
     "route_switch": (_PACKAGE, "bench/route_switch.py", "examples/pytorch_ptb_lm.py", "examples/training.py"),
     "cost_model": ("bench/cost_model.py", "bench/cpu_probe.py", "hvd_compress/communication/cost.py",
                    "hvd_compress/communication/route.py", "hvd_compress/methods/"),
@@ -1312,37 +1314,35 @@ _PLANNED = ("before `auto` measured the link and tried its plans (these runs pla
 _REPEATS = "bench/throughput.py could launch a cell several times (`--repeats`; a launch measures as before)"
 _CONFIRMED = ("`auto`'s probe erred towards trying compression and its choice was checked against the "
               "final plan's first steps (communication/probe.py, planner.py)")
+_KEPT = ("before a drift's re-check of a compressed plan left dense out of its re-trials "
+         "(communication/planner.py, 5; only a run past 200 steps of a final compressed plan whose step "
+         "time drifted by 25% takes that path)")
 #: results files knowingly older than the code they measure: what changed since, in their label
 OLDER: dict[str, str] = {
     "kernels": "measured before the quantizers took their noise rank from torch.distributed too "
                "(methods/quantized.py), the thread pool read torchrun's LOCAL_WORLD_SIZE and Threshold's "
                "payload description named its count header: no kernel changed",
-    "throughput": f"measured {_PLANNED}, before state keyed by parameter name and the registry",
-    "breakdown": f"measured {_PLANNED}, before state keyed by parameter name and the registry",
-    "convergence": f"measured {_PLANNED} and before the one-pass kernels (which send the same bytes)",
+    "throughput": f"measured {_PLANNED}, before state keyed by parameter name and the registry; and {_KEPT}",
+    "breakdown": f"measured {_PLANNED}, before state keyed by parameter name and the registry; and {_KEPT}",
+    "convergence": f"measured {_PLANNED} and before the one-pass kernels (which send the same bytes); and {_KEPT}",
     "wire_bytes": f"measured {_PLANNED} and before the one-pass kernels; its forced-allgather and "
-                  "Horovod rows come from an earlier sweep still",
+                  f"Horovod rows come from an earlier sweep still; and {_KEPT}",
     "small_tensors": "measured before the one-pass kernels, the bucketed two-phase alltoalls and `auto`'s "
-                     "counting of the compressed path's CPU",
+                     f"counting of the compressed path's CPU; and {_KEPT}",
     "memory": "measured before later changes to the kernels (the quantizers' CPU kernels rewritten) "
-              "and to `auto`'s trials",
+              f"and to `auto`'s trials; and {_KEPT}",
     "auto": "measured one commit before a fix in the planner: a drift's re-trial of a plan of dense alone, "
             "followed by slower steps, ended in min() of an empty list; every cell of this sweep ran to its "
-            "end, so none took that path, and the fix changes nothing else",
+            f"end, so none took that path, and the fix changes nothing else; and {_KEPT}",
     "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
-           "without trials)",
-    "nodes": f"measured before {_REPEATS} and {_CONFIRMED}",
+           f"without trials); and {_KEPT}",
+    "nodes": f"measured before {_REPEATS} and {_CONFIRMED}; and {_KEPT}",
     "time_to_accuracy": f"most runs measured {_PLANNED}; some are older still (docs/benchmarks.md says "
                         f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}; "
                         "MNIST at 1 Gbit/s for `none` and the design-card methods (np=2, 3 seeds; np=4, 1) re-run "
                         "on the confirming planner, one commit before the fix of a crash none of them reached "
                         "(docs/benchmarks.md, `auto` row); and all before bench/time_to_accuracy.py learned the "
-                        "transformer's workload, which only bench/quality.py trains (no run here changed)",
-}
-#: results files whose latest commit added runs to cached runs of earlier sweeps: what those
-#: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
-#: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
-EARLIER_RUNS: dict[str, str] = {
+                        f"transformer's workload, which only bench/quality.py trains (no run here changed); and {_KEPT}",
     "quality": f"`none`'s converged run, the step times and the first-steps checks measured before {_REPEATS}, "
                f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
                "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
@@ -1350,8 +1350,14 @@ EARLIER_RUNS: dict[str, str] = {
                "the LSTM's before bench/quality.py learned the transformer (which changed no LSTM run); the "
                "transformer's `none` run launched by hand with the same launcher, example and recipe one commit "
                "before bench/quality.py could launch it; all but PowerSGD's LSTM run before a fix of "
-               "bench/quality.py's docstring (the transformer's step time and run length)",
+               f"bench/quality.py's docstring (the transformer's step time and run length); and {_KEPT}",
+    "route_switch": f"measured {_KEPT}: its arms force the planner's decisions (bench/route_switch.py), "
+                    "which that change does not reach",
 }
+#: results files whose latest commit added runs to cached runs of earlier sweeps: what those
+#: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
+#: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
+EARLIER_RUNS: dict[str, str] = {}
 
 
 def older(name: str) -> str | None:

@@ -190,9 +190,9 @@ def test_a_plan_final_without_trials_gets_its_drift_check(monkeypatch):
     assert plan["state"] == "final" and plan["drift"] > planner_module.DRIFT and plan["final_at_step"] > 1
 
 
-def _clocked_planner(monkeypatch, link=None, cpu=None, numel: int = 10 ** 6
+def _clocked_planner(monkeypatch, link=None, cpu=None, numel: int = 10 ** 6, ranks: int = 2
                      ) -> tuple[planner_module.Planner, list[float]]:
-    """A planner of one tensor of ``numel`` elements on one rank whose probe measures ``link``
+    """A planner of one tensor of ``numel`` elements on one rank of ``ranks`` whose probe measures ``link``
     and ``cpu`` (by default: compressing pays, a 10 Mbit/s link), and the clock its steps are
     timed by (the test moves it)."""
     import types
@@ -205,7 +205,7 @@ def _clocked_planner(monkeypatch, link=None, cpu=None, numel: int = 10 ** 6
     clock = [0.0]
     monkeypatch.setattr(planner_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     planner = planner_module.Planner(hc.TopK(0.01, link_gbit=None), [("w", torch.Size((numel,)), 4)],
-                                     _Exchange(2, 0, True), 0)
+                                     _Exchange(ranks, 0, True), 0)
     return planner, clock
 
 
@@ -247,3 +247,69 @@ def test_a_final_plan_that_runs_as_its_trial_said_is_kept(monkeypatch):
         planner.step_finished()
     plan = planner.report
     assert plan["state"] == "final" and "retrials" not in plan and plan["chosen"] == 0
+
+
+def test_a_drift_re_tries_a_compressed_plan_among_compressed_plans_only(monkeypatch):
+    """A model trained on compressed gradients loses quality when it goes dense (planner.py, 5):
+    a drift re-runs the trials without dense; a dense plan's drift still tries every plan."""
+    planner, clock = _clocked_planner(monkeypatch, ranks=8)  # two compressed plans: allgather, two-phase
+    used = []
+
+    def run(seconds: dict[str, float], steps: int) -> None:
+        for _ in range(steps):
+            way = "dense" if planner.routes["w"] == "dense" else "compressed"
+            used.append(way)
+            clock[0] += seconds[way]
+            planner.step_finished()
+
+    run({"dense": 0.020, "compressed": 0.005}, 2 * planner_module.RECHECK)
+    plan = planner.report
+    assert plan["state"] == "final" and plan["chosen"] != 0 and len(planner.plans) >= 3
+    first_final, used[:] = plan["final_at_step"], []
+    run({"dense": 0.005, "compressed": 0.015}, 2 * planner_module.RECHECK)  # dense now faster
+    assert plan["final_at_step"] > first_final  # the drift ran the trials again
+    assert "dense" not in used and planner.routes != {"w": "dense"}
+    assert sorted(planner.tried) == list(range(1, len(planner.plans)))
+
+
+def test_a_resumed_compressed_plan_measures_its_candidates_at_its_first_drift(monkeypatch):
+    """A plan resumed from a checkpoint has no candidates; its first drift measures them (it once
+    indexed an empty list) and tries the compressed ones."""
+    planner, clock = _clocked_planner(monkeypatch, ranks=8)
+    resumed = hc.TopK(0.01, link_gbit=None)
+    resumed.resumed_routes = {"w": "allgather"}
+    planner = planner_module.Planner(resumed, planner.tensors, planner.exchange, 0)
+    for step in range(2 * planner_module.RECHECK):
+        clock[0] += 0.005 if step < planner_module.RECHECK // 2 else 0.02
+        planner.step_finished()
+    plan = planner.report
+    assert plan["resumed"] and plan["state"] == "final" and len(plan["candidates"]) >= 3
+    assert sorted(planner.tried) == list(range(1, len(planner.plans))) and planner.routes != {"w": "dense"}
+
+
+def test_a_drift_s_confirmation_re_trial_leaves_dense_out_too(monkeypatch):
+    """A compressed plan chosen by a drift's trials and contradicted by its first steps runs the
+    trials again without dense; a resumed dense plan's drift tries every plan."""
+    planner, clock = _clocked_planner(monkeypatch, ranks=8)
+    used = []
+
+    def run(seconds, steps: int) -> None:
+        for _ in range(steps):
+            way = planner.routes["w"]
+            used.append(way)
+            clock[0] += seconds(way)
+            planner.step_finished()
+
+    run(lambda way: 0.020 if way == "dense" else 0.005, 2 * planner_module.RECHECK)
+    assert planner.settled and planner.report["chosen"] != 0
+    used[:] = []
+    # every plan slower, and whichever plan the trials choose runs slower after them
+    run(lambda way: 0.010 if planner.report["state"] == "trials" else 0.030, planner_module.RECHECK + 400)
+    assert planner.report.get("retrials", 0) >= 1 and "dense" not in used
+
+    resumed = hc.TopK(0.01, link_gbit=None)
+    resumed.resumed_routes = {"w": "dense"}
+    planner = planner_module.Planner(resumed, planner.tensors, planner.exchange, 0)
+    used[:] = []
+    run(lambda way: 0.005 if len(used) < planner_module.RECHECK // 2 else 0.02, 2 * planner_module.RECHECK)
+    assert not planner.settled and planner.tried and 0 in planner.tried

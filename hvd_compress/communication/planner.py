@@ -43,7 +43,16 @@ Per optimizer and Horovod world (a new world after an elastic reset starts over)
    a step against the compressed plan's 5 ms in the other eight launches.
 5. Every ``RECHECK`` steps the median of the last ``WINDOW`` step times is compared with the
    median of the final plan's first ``WINDOW`` steps; if it drifted by more than ``DRIFT`` on any
-   rank, the trials run again.
+   rank, the trials run again: every candidate where the plan is dense, the compressed ones only
+   where it is not (with a single one, the plan stays and its drift baseline restarts). Once a
+   model has trained on compressed gradients, going dense costs training quality: measured
+   (bench/route_switch.py, the PTB LSTM at np=2 with AdaComp), a switch to dense for good at
+   step 60 of 104 left validation perplexity at 1034 where the compressed run ended at 723 (and
+   Horovod alone at 828), with the residual released as below or dropped alike. So a drift does
+   not send a compressed plan back to dense: the speed dense might win after a drift (a link
+   that became faster) is traded for the quality a switch costs; the first trials and their
+   confirmation, in the first steps, do choose dense where it is faster. A resumed plan
+   measures its candidates at its first drift.
 
 A compressor resumed from a checkpoint whose plan was final (``Compressor.load_state_dict``, same
 world size and tensors) takes that plan at once, without warm-up, probe or trials, so that a
@@ -92,11 +101,15 @@ class Planner:
         #: names whose worker residual is added to their next dense gradient
         self.release: set[str] = set()
         self.plans: list[dict[str, str]] = []
-        self.trial: int | None = None  # the candidate the trials run now
+        self.trying: list[int] = []  # the candidates (indexes into plans) of this round of trials
+        self.trial: int | None = None  # the one the trials run now (an index into trying)
         self.steady: list[float] = []  # each tried candidate's step time
-        self.tried: list[float] = []  # each candidate's step time in the last trials, the slowest rank's
+        self.tried: dict[int, float] = {}  # plan index -> its step time in the last trials, the slowest rank's
         self.chosen = 0
         self.retrials = 0
+        #: whether the model has trained on a compressed plan made final: its drifts then re-try
+        #: the compressed candidates only (module docstring, 5)
+        self.settled = False
         self.times: deque | list[float] = []
         self.step = 0
         self.final_step: int | None = None
@@ -107,6 +120,7 @@ class Planner:
         resumed = compressor.resumed_routes
         if resumed is not None and set(resumed) == set(self.routes):
             self.routes, self.final_step, self.final_time = dict(resumed), 0, None
+            self.settled = set(self.routes.values()) != {DENSE}
             self.times = deque(maxlen=WINDOW)
             self.report.update({"state": "final", "resumed": True, "routes": dict(resumed)})
 
@@ -129,8 +143,8 @@ class Planner:
                 return False
             self.steady.append(statistics.median(self.times[len(self.times) // 2:]))
             self.trial, self.times = self.trial + 1, []
-            if self.trial < len(self.plans):
-                return self._use(self.plans[self.trial])
+            if self.trial < len(self.trying):
+                return self._use(self.plans[self.trying[self.trial]])
             return self._decide()
         self.times.append(elapsed)  # the last WINDOW steps
         if self.final_time is None:  # the drift check's baseline: the plan's first steps
@@ -183,9 +197,17 @@ class Planner:
         self.last = time.perf_counter()  # the probe is not part of the next step
 
     def _begin_trials(self) -> bool:
+        """Starts a round of trials: every candidate, or after a drift of a compressed plan the
+        compressed candidates only (module docstring, 5)."""
+        if not self.plans:  # resumed from a checkpoint: no candidates measured yet
+            self._measure()
+        self.trying = [i for i, plan in enumerate(self.plans) if not self.settled or set(plan.values()) != {DENSE}]
+        if len(self.trying) < 2 and self.settled:  # nothing to compare the plan with: it stays
+            self.final_time, self.report["kept_at_step"] = None, self.step  # a new drift baseline
+            return False
         self.trial, self.steady, self.times = 0, [], []
         self.report["state"] = "trials"
-        return self._use(self.plans[0])
+        return self._use(self.plans[self.trying[0]])
 
     def _block_done(self) -> bool:
         """Whether the current candidate has run long enough, on every rank alike."""
@@ -200,34 +222,37 @@ class Planner:
 
     def _decide(self) -> bool:
         steady = probe.agreed(self.steady, self.exchange.process_set, f"{self.prefix}.trials.{self.step}")
-        chosen = min(range(len(self.plans)), key=steady.__getitem__)
-        if steady[chosen] > (1 - MARGIN) * steady[0]:
+        tried = dict(zip(self.trying, steady))
+        chosen = min(tried, key=tried.__getitem__)
+        if 0 in tried and tried[chosen] > (1 - MARGIN) * tried[0]:
             chosen = 0  # not clearly faster than Horovod alone
-        self.tried, self.chosen = steady, chosen
+        self.tried, self.chosen = tried, chosen
         self.trial, self.times = None, deque(maxlen=WINDOW)
         self.final_step, self.final_time = self.step, None
-        for candidate, seconds in zip(self.report["candidates"], steady):
-            candidate["measured_s"] = seconds
-        confirming = len(self.plans) > 1 and self.retrials < RETRIALS  # a drift's re-trial of dense alone: none
+        for i, seconds in tried.items():
+            self.report["candidates"][i]["measured_s"] = seconds
+        confirming = len(tried) > 1 and self.retrials < RETRIALS  # a drift's re-trial of dense alone: none
         self.report.update({"state": "confirming" if confirming else "final", "chosen": chosen,
                             "final_at_step": self.step})
         return self._use(self.plans[chosen])
 
     def _confirm(self) -> bool:
         """Runs the trials again if the final plan's first steps (``final_time``, the slowest
-        rank's) contradict the trials (module docstring)."""
-        if self.report["state"] != "confirming":  # no trials ran, or no re-trial is left
-            return False
-        rivals = [seconds for i, seconds in enumerate(self.tried) if i != self.chosen]
-        steady = probe.agreed([self.final_time], self.exchange.process_set, f"{self.prefix}.confirm.{self.step}")[0]
-        self.last = time.perf_counter()  # the agreement is not part of the next step
-        self.report["confirm_s"] = steady
-        if steady <= (1 + DRIFT) * self.tried[self.chosen] or steady <= (1 + MARGIN) * min(rivals):
+        rank's) contradict the trials (module docstring); else the plan stays, and a compressed
+        one is settled."""
+        if self.report["state"] == "confirming":  # else no trials ran, or no re-trial is left
+            rivals = [seconds for i, seconds in self.tried.items() if i != self.chosen]
+            steady = probe.agreed([self.final_time], self.exchange.process_set,
+                                  f"{self.prefix}.confirm.{self.step}")[0]
+            self.last = time.perf_counter()  # the agreement is not part of the next step
+            self.report["confirm_s"] = steady
+            if steady > (1 + DRIFT) * self.tried[self.chosen] and steady > (1 + MARGIN) * min(rivals):
+                self.retrials += 1
+                self.report["retrials"] = self.retrials
+                return self._begin_trials()
             self.report.update({"state": "final", "final_at_step": self.step})
-            return False
-        self.retrials += 1
-        self.report["retrials"] = self.retrials
-        return self._begin_trials()
+        self.settled = set(self.routes.values()) != {DENSE}
+        return False
 
     def _use(self, routes: dict[str, str]) -> bool:
         """Takes ``routes`` for the next step, moving residuals as the module docstring says."""
