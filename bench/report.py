@@ -797,7 +797,7 @@ def _accuracy(convergence: dict, tta: dict, quality: dict) -> dict[str, dict]:
                      else None for m in models}
         misses = [f"MNIST np={p}" for p, d in mnist.items() if d < -0.5]
         misses += [f"PTB np={p}" for p, g in perplexity.items() if g > _ptb_limit(method)]
-        misses += [f"PTB converged {m}" for m, g in converged.items() if g is not None and g > _ptb_limit(method)]
+        misses += [f"PTB converged {m.upper()}" for m, g in converged.items() if g is not None and g > _ptb_limit(method)]
         optimizer = c.get("optimizer", "example's")
         out[method] = {"mnist": mnist, "ptb": perplexity, "converged": converged, "misses": misses,
                        "optimizer": "SGD, momentum 0.9" if optimizer == "example's" else f"`{optimizer}`"}
@@ -1343,21 +1343,24 @@ OLDER: dict[str, str] = {
                         "on the confirming planner, one commit before the fix of a crash none of them reached "
                         "(docs/benchmarks.md, `auto` row); and all before bench/time_to_accuracy.py learned the "
                         f"transformer's workload, which only bench/quality.py trains (no run here changed); and {_KEPT}",
-    "quality": f"`none`'s converged run, the step times and the first-steps checks measured before {_REPEATS}, "
-               f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
-               "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
-               "one commit before the report read a run's own clock (which changed no measurement): all "
-               "the LSTM's before bench/quality.py learned the transformer (which changed no LSTM run); the "
-               "transformer's `none` run launched by hand with the same launcher, example and recipe one commit "
-               "before bench/quality.py could launch it; all but PowerSGD's LSTM run before a fix of "
-               f"bench/quality.py's docstring (the transformer's step time and run length); and {_KEPT}",
     "route_switch": f"measured {_KEPT}: its arms force the planner's decisions (bench/route_switch.py), "
                     "which that change does not reach",
 }
 #: results files whose latest commit added runs to cached runs of earlier sweeps: what those
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
-EARLIER_RUNS: dict[str, str] = {}
+EARLIER_RUNS: dict[str, str] = {
+    "quality": f"`none`'s converged run, the LSTM's step times of `none`, `fp16` and the design-card methods, "
+               f"and the first-steps checks measured before {_REPEATS}, "
+               f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
+               "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
+               "one commit before the report read a run's own clock (which changed no measurement): all "
+               "the LSTM's before bench/quality.py learned the transformer (which changed no LSTM run); the "
+               "transformer's `none` run launched by hand with the same launcher, example and recipe one commit "
+               "before bench/quality.py could launch it; all but the PowerSGD, DGC and EF-signSGD LSTM runs before a fix of "
+               f"bench/quality.py's docstring (the transformer's step time and run length); and all, DGC's and "
+               f"EF-signSGD's LSTM runs and QSGD's step times the latest, {_KEPT}",
+}
 
 
 def older(name: str) -> str | None:
