@@ -1317,39 +1317,39 @@ _CONFIRMED = ("`auto`'s probe erred towards trying compression and its choice wa
 _KEPT = ("before a drift's re-check of a compressed plan left dense out of its re-trials "
          "(communication/planner.py, 5; only a run past 200 steps of a final compressed plan whose step "
          "time drifted by 25% takes that path)")
+_NAMED = ("before `auto`'s collectives kept one name each (communication/planner.py, probe.py: a name per "
+          "trial step had left Horovod's response cache a few hundred names, and the dense steps after the "
+          "trials 2.3-3.1x slower on LeNet-5 at 1 Gbit/s; the probe's repeats now meet that cache as a step's "
+          "tensors do)")
+_LATER = f"{_KEPT}, and {_NAMED}"
 #: results files knowingly older than the code they measure: what changed since, in their label
 OLDER: dict[str, str] = {
     "kernels": "measured before the quantizers took their noise rank from torch.distributed too "
                "(methods/quantized.py), the thread pool read torchrun's LOCAL_WORLD_SIZE and Threshold's "
                "payload description named its count header: no kernel changed",
-    "throughput": f"measured {_PLANNED}, before state keyed by parameter name and the registry; and {_KEPT}",
-    "breakdown": f"measured {_PLANNED}, before state keyed by parameter name and the registry; and {_KEPT}",
-    "convergence": f"measured {_PLANNED} and before the one-pass kernels (which send the same bytes); and {_KEPT}",
+    "throughput": f"measured {_PLANNED}, before state keyed by parameter name and the registry; and {_LATER}",
+    "breakdown": f"measured {_PLANNED}, before state keyed by parameter name and the registry; and {_LATER}",
+    "convergence": f"measured {_PLANNED} and before the one-pass kernels (which send the same bytes); and {_LATER}",
     "wire_bytes": f"measured {_PLANNED} and before the one-pass kernels; its forced-allgather and "
-                  f"Horovod rows come from an earlier sweep still; and {_KEPT}",
+                  f"Horovod rows come from an earlier sweep still; and {_LATER}",
     "small_tensors": "measured before the one-pass kernels, the bucketed two-phase alltoalls and `auto`'s "
-                     f"counting of the compressed path's CPU; and {_KEPT}",
+                     f"counting of the compressed path's CPU; and {_LATER}",
     "memory": "measured before later changes to the kernels (the quantizers' CPU kernels rewritten) "
-              f"and to `auto`'s trials; and {_KEPT}",
+              f"and to `auto`'s trials; and {_LATER}",
     "auto": "measured one commit before a fix in the planner: a drift's re-trial of a plan of dense alone, "
             "followed by slower steps, ended in min() of an empty list; every cell of this sweep ran to its "
-            f"end, so none took that path, and the fix changes nothing else; and {_KEPT}",
+            f"end, so none took that path, and the fix changes nothing else; and {_LATER}",
     "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
-           f"without trials); and {_KEPT}",
-    "nodes": f"measured before {_REPEATS} and {_CONFIRMED}; and {_KEPT}",
+           f"without trials); and {_LATER}",
+    "nodes": f"measured before {_REPEATS} and {_CONFIRMED}; and {_LATER}",
     "time_to_accuracy": f"most runs measured {_PLANNED}; some are older still (docs/benchmarks.md says "
                         f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}; "
                         "MNIST at 1 Gbit/s for `none` and the design-card methods (np=2, 3 seeds; np=4, 1) re-run "
                         "on the confirming planner, one commit before the fix of a crash none of them reached "
                         "(docs/benchmarks.md, `auto` row); and all before bench/time_to_accuracy.py learned the "
-                        f"transformer's workload, which only bench/quality.py trains (no run here changed); and {_KEPT}",
-    "route_switch": f"measured {_KEPT}: its arms force the planner's decisions (bench/route_switch.py), "
-                    "which that change does not reach",
-}
-#: results files whose latest commit added runs to cached runs of earlier sweeps: what those
-#: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
-#: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
-EARLIER_RUNS: dict[str, str] = {
+                        f"transformer's workload, which only bench/quality.py trains (no run here changed); and {_LATER}",
+    "route_switch": f"measured {_LATER}: its arms force the planner's decisions (bench/route_switch.py), "
+                    "which neither change reaches",
     "quality": f"`none`'s converged run, the LSTM's step times of `none`, `fp16` and the design-card methods, "
                f"and the first-steps checks measured before {_REPEATS}, "
                f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
@@ -1360,7 +1360,12 @@ EARLIER_RUNS: dict[str, str] = {
                "before bench/quality.py could launch it; all but the PowerSGD, DGC and EF-signSGD LSTM runs before a fix of "
                f"bench/quality.py's docstring (the transformer's step time and run length); and all but the "
                f"transformer's `fp16` run and its step times {_KEPT} (DGC's and EF-signSGD's LSTM runs and "
-               "QSGD's step times one commit before it)",
+               "QSGD's step times one commit before it); and all {_NAMED}",
+}
+#: results files whose latest commit added runs to cached runs of earlier sweeps: what those
+#: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
+#: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
+EARLIER_RUNS: dict[str, str] = {
 }
 
 

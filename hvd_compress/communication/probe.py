@@ -15,8 +15,10 @@ counts at least half the bulk allreduce's time as transfer. Measured on the simu
 before this rule (medians everywhere, the transfer ``bulk - one`` floored at 1 us): in one
 launch of LeNet-5 at 1 Gbit/s, a stall made the one-float allreduce as slow as the bulk one and
 the probe reported 8,389 Gbit/s; at 100 Mbit/s such a figure predicts no gain from compressing
-and leaves the plan dense without a trial (LeNet-5 there ran 3.6x faster compressed). Horovod's own cycle time and negotiation are inside c, as they are in every real
-step. Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
+and leaves the plan dense without a trial (LeNet-5 there ran 3.6x faster compressed). Horovod's own
+cycle time is inside c, as it is in every real step; so is its negotiation as a step's tensors
+meet it, by a name in Horovod's response cache: each collective keeps one name over its repeats
+(and a name per step would slow every later step: planner.py). Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
 On nodes of several workers (topology.py) two more rates, for the hierarchical route: a rank's
 to the workers of its node (1 MB to them in all) and across nodes (0.5 MB to its cross peers),
 each with every rank sending at once, so that the uplink's share per worker is what is
@@ -64,13 +66,9 @@ def link(process_set: hvd.ProcessSet, prefix: str, nodes: Nodes | None = None) -
     """This process set's link, measured (module docstring); on ``nodes``, the rates inside
     the node and across it too."""
     p = process_set.size()
-    count = [0]
 
     def timed(op: Callable, tensor: torch.Tensor, label: str, keep=min, **kwargs) -> float:
-        def run():
-            count[0] += 1
-            op(tensor, name=f"{prefix}.{label}.{count[0]}", process_set=process_set, **kwargs)
-        return _seconds(run, keep)
+        return _seconds(lambda: op(tensor, name=f"{prefix}.{label}", process_set=process_set, **kwargs), keep)
 
     one = timed(hvd.allreduce, torch.zeros(1), "one")
     gather = timed(hvd.allgather, torch.zeros(8, dtype=torch.uint8), "gather")
