@@ -1336,9 +1336,6 @@ OLDER: dict[str, str] = {
                      f"counting of the compressed path's CPU; and {_LATER}",
     "memory": "measured before later changes to the kernels (the quantizers' CPU kernels rewritten) "
               f"and to `auto`'s trials; and {_LATER}",
-    "auto": "measured one commit before a fix in the planner: a drift's re-trial of a plan of dense alone, "
-            "followed by slower steps, ended in min() of an empty list; every cell of this sweep ran to its "
-            f"end, so none took that path, and the fix changes nothing else; and {_LATER}",
     "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
            f"without trials); and {_LATER}",
     "nodes": f"measured before {_REPEATS} and {_CONFIRMED}; and {_LATER}",
@@ -1366,6 +1363,10 @@ OLDER: dict[str, str] = {
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
+    "auto": "all but LeNet-5's cells (re-run on the code they measure: 5 launches a cell, np=2, every link) "
+            "measured one commit before a fix in the planner: a drift's re-trial of a plan of dense alone, "
+            "followed by slower steps, ended in min() of an empty list; every cell of this sweep ran to its "
+            f"end, so none took that path, and the fix changes nothing else; and {_LATER}",
 }
 
 
@@ -1444,7 +1445,8 @@ WRITTEN_BY = {
             "lenet5 transformer resnet18 widemlp --methods none topk:ratio=0.01 onebit adacomp; the same with "
             "--repeats 5 --models lenet5 (no --fresh); --workers 2 --models resnet18 --methods powersgd:rank=1 dgc "
             "randomk threshold signsgd signum efsignsgd qsgd terngrad u8bit natural; --workers 4 --models "
-            "resnet18 widemlp --methods none topk:ratio=0.01 onebit adacomp",
+            "resnet18 widemlp --methods none topk:ratio=0.01 onebit adacomp; then LeNet-5's cells deleted and "
+            "re-run: --repeats 5 --workers 2 --models lenet5 --methods none topk:ratio=0.01 onebit adacomp",
     "breakdown": "sudo .venv/bin/python bench/breakdown.py",
     "wire_bytes": "sudo .venv/bin/python bench/wire_bytes.py",
     "small_tensors": "sudo .venv/bin/python bench/small_tensors.py",
