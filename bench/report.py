@@ -1317,10 +1317,9 @@ _CONFIRMED = ("`auto`'s probe erred towards trying compression and its choice wa
 _KEPT = ("before a drift's re-check of a compressed plan left dense out of its re-trials "
          "(communication/planner.py, 5; only a run past 200 steps of a final compressed plan whose step "
          "time drifted by 25% takes that path)")
-_NAMED = ("before `auto`'s collectives kept one name each (communication/planner.py, probe.py: a name per "
-          "trial step had left Horovod's response cache a few hundred names, and the dense steps after the "
-          "trials 2.3-3.1x slower on LeNet-5 at 1 Gbit/s; the probe's repeats now meet that cache as a step's "
-          "tensors do)")
+_NAMED = ("before the planner's agreements kept one name each (communication/planner.py: a name per trial "
+          "step had left Horovod's response cache some 200 names, and the dense steps after the trials 2.3-3.1x "
+          "slower on LeNet-5 at 1 Gbit/s)")
 _LATER = f"{_KEPT}, and {_NAMED}"
 #: results files knowingly older than the code they measure: what changed since, in their label
 OLDER: dict[str, str] = {

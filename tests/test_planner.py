@@ -11,7 +11,6 @@ import torch
 import hvd_compress as hc
 from harness import run_workers
 from hvd_compress.communication import planner as planner_module
-from hvd_compress.communication import probe as probe_module
 from hvd_compress.communication.twophase import chunk_bounds
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -333,27 +332,3 @@ def test_the_planner_s_agreements_keep_one_name_each_however_long_it_runs(monkey
     assert rounds >= 5 and len(names) > 100
     assert len(set(names)) <= 5, sorted(set(names))
 
-
-def _probe_names() -> list[str]:
-    import horovod.torch as hvd
-    from horovod.torch import mpi_ops
-
-    from hvd_compress.communication import probe
-
-    hvd.init()
-    names = []
-    for op in ("_allreduce_async", "_allgather_async"):
-        def recording(tensor, output, name, *args, _original=getattr(mpi_ops, op)):
-            names.append(name)
-            return _original(tensor, output, name, *args)
-        setattr(mpi_ops, op, recording)
-    for _ in range(2):
-        probe.link(hvd.global_process_set, "probe")
-    return names
-
-
-def test_the_link_probe_keeps_one_name_per_collective():
-    """Its timed repeats go by the same name, as a training step's tensors do (probe.py)."""
-    for names in run_workers(_probe_names, 2):
-        assert len(names) == 2 * 3 * (1 + probe_module.REPEATS)
-        assert sorted(set(names)) == ["probe.bulk", "probe.gather", "probe.one"]

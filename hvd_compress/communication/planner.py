@@ -57,16 +57,17 @@ A compressor resumed from a checkpoint whose plan was final (``Compressor.load_s
 world size and tensors) takes that plan at once, without warm-up, probe or trials, so that a
 resume stays bitwise.
 
-Every collective of the planner and the probe has one name per purpose, never one per step:
-Horovod keeps every name it has reduced in its response cache, and each of its cycles pays for
-the names cached. Measured on the simulated cluster (LeNet-5, np=2, 1 Gbit/s, median steps of
-interleaved launches): plain Horovod after 300 one-off allreduces stepped in 4.8-6.6 ms against
-2.5-3.4 ms without them (5 launches each), after 130 in 4.1-4.2 against 2.5-3.0, after 30 or 45
-as without. A name per trial step had left about 200 behind, and the dense steps after trials
-ran at 5.0-6.9 ms against `none`'s 2.2 in the same rounds (4 launches), not with
-``HOROVOD_CACHE_CAPACITY=0`` (2 launches: 2.3-2.6 against 2.2).
-Now a world of ``auto`` adds a dozen names (the probe's, ``block``, ``trials.N``, ``confirm``,
-``drift``) and its routes a few per tensor.
+The planner's agreements have one name per purpose, never one per step (the probe's dozen,
+once a world, have one each: probe.py says why). Horovod keeps every name it has reduced in its
+response cache, and each of its cycles pays for the names cached. Measured on the simulated
+cluster (LeNet-5, np=2, 1 Gbit/s, median steps of interleaved launches): plain Horovod after 300
+one-off allreduces stepped in 4.8-6.6 ms against 2.5-3.4 ms without them (5 launches each),
+after 130 in 4.1-4.2 against 2.5-3.0, after 30 or 45 as without. A name per trial step had left
+about 200 behind, and the dense steps after trials ran at 5.0-6.9 ms against `none`'s 2.2 in
+the same rounds (4 launches), not with ``HOROVOD_CACHE_CAPACITY=0`` (2 launches: 2.3-2.6
+against 2.2).
+Now a world of ``auto`` adds about twenty names (the probe's dozen, 28 on nodes; ``block``,
+``trials.N``, ``confirm``, ``drift``) and its routes a few per tensor.
 
 Every decision is taken from figures every rank holds alike (each comes through an allreduce of
 the maximum), at the same step on every rank, so every rank takes the same routes.

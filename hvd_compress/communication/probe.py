@@ -16,9 +16,15 @@ before this rule (medians everywhere, the transfer ``bulk - one`` floored at 1 u
 launch of LeNet-5 at 1 Gbit/s, a stall made the one-float allreduce as slow as the bulk one and
 the probe reported 8,389 Gbit/s; at 100 Mbit/s such a figure predicts no gain from compressing
 and leaves the plan dense without a trial (LeNet-5 there ran 3.6x faster compressed). Horovod's own
-cycle time is inside c, as it is in every real step; so is its negotiation as a step's tensors
-meet it, by a name in Horovod's response cache: each collective keeps one name over its repeats
-(and a name per step would slow every later step: planner.py). Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
+cycle time is inside c, and so is its negotiation of a name it has not cached: each timed
+collective has a name of its own (a dozen names a world, too few to slow Horovod's cycles:
+planner.py), so c is what a step's collectives cost before Horovod's response cache knows them,
+more than later steps pay. One exception to erring towards compression, measured: with one name
+per collective over its repeats, c fell from about 1.0 to 0.85 ms (LeNet-5, np=2), and on MNIST at
+np=4 and 1 Gbit/s `auto` then compressed OneBit's three weight tensors, which trained no faster
+(38-39 s against `none`'s 39-40 s) and missed 98% in 2 of 3 seeds (finals 94.97-98.40); with
+names of their own it sent dense and reached 98% in all three (bench/time_to_accuracy.py).
+Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
 On nodes of several workers (topology.py) two more rates, for the hierarchical route: a rank's
 to the workers of its node (1 MB to them in all) and across nodes (0.5 MB to its cross peers),
 each with every rank sending at once, so that the uplink's share per worker is what is
@@ -66,9 +72,13 @@ def link(process_set: hvd.ProcessSet, prefix: str, nodes: Nodes | None = None) -
     """This process set's link, measured (module docstring); on ``nodes``, the rates inside
     the node and across it too."""
     p = process_set.size()
+    count = [0]
 
     def timed(op: Callable, tensor: torch.Tensor, label: str, keep=min, **kwargs) -> float:
-        return _seconds(lambda: op(tensor, name=f"{prefix}.{label}", process_set=process_set, **kwargs), keep)
+        def run():
+            count[0] += 1
+            op(tensor, name=f"{prefix}.{label}.{count[0]}", process_set=process_set, **kwargs)
+        return _seconds(run, keep)
 
     one = timed(hvd.allreduce, torch.zeros(1), "one")
     gather = timed(hvd.allgather, torch.zeros(8, dtype=torch.uint8), "gather")
