@@ -19,11 +19,12 @@ and leaves the plan dense without a trial (LeNet-5 there ran 3.6x faster compres
 cycle time is inside c, and so is its negotiation of a name it has not cached: each timed
 collective has a name of its own (a dozen names a world, too few to slow Horovod's cycles:
 planner.py), so c is what a step's collectives cost before Horovod's response cache knows them,
-more than later steps pay. One exception to erring towards compression, measured: with one name
-per collective over its repeats, c fell from about 1.0 to 0.85 ms (LeNet-5, np=2), and on MNIST at
-np=4 and 1 Gbit/s `auto` then compressed OneBit's three weight tensors, which trained no faster
-(38-39 s against `none`'s 39-40 s) and missed 98% in 2 of 3 seeds (finals 94.97-98.40); with
-names of their own it sent dense and reached 98% in all three (bench/time_to_accuracy.py).
+more than later steps pay. One exception to erring towards compression, measured on MNIST at np=4
+and 1 Gbit/s with OneBit (bench/time_to_accuracy.py, 3 epochs): with one name per collective over
+its repeats, c fell from about 1.0 to 0.85 ms (LeNet-5, np=2), and `auto` compressed all three
+weight tensors in 3 launches of 3, which trained no faster than `none` (38-39 s against 39-40 s)
+and reached 98% in one (finals 94.97, 97.24, 98.40); with names of their own it compressed in 2
+of 6 launches (98% reached in both, finals 98.03 and 98.49) and sent dense in the others.
 Cost: 12 small collectives and 4 of 1 MB; at 100 Mbit/s and p = 2 about 0.35 s.
 On nodes of several workers (topology.py) two more rates, for the hierarchical route: a rank's
 to the workers of its node (1 MB to them in all) and across nodes (0.5 MB to its cross peers),
