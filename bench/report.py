@@ -1338,12 +1338,6 @@ OLDER: dict[str, str] = {
     "ddp": f"measured before {_REPEATS} and {_CONFIRMED} (Horovod's door only: the DDP hooks plan "
            f"without trials); and {_LATER}",
     "nodes": f"measured before {_REPEATS} and {_CONFIRMED}; and {_LATER}",
-    "time_to_accuracy": f"most runs measured {_PLANNED}; some are older still (docs/benchmarks.md says "
-                        f"which); the DDP hooks' runs of the design-card methods measured before {_CONFIRMED}; "
-                        "MNIST at 1 Gbit/s for `none` and the design-card methods (np=2, 3 seeds; np=4, 1) re-run "
-                        "on the confirming planner, one commit before the fix of a crash none of them reached "
-                        "(docs/benchmarks.md, `auto` row); and all before bench/time_to_accuracy.py learned the "
-                        f"transformer's workload, which only bench/quality.py trains (no run here changed); and {_LATER}",
     "route_switch": f"measured {_LATER}: its arms force the planner's decisions (bench/route_switch.py), "
                     "which neither change reaches",
     "quality": f"`none`'s converged run, the LSTM's step times of `none`, `fp16` and the design-card methods, "
@@ -1362,6 +1356,11 @@ OLDER: dict[str, str] = {
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
+    "time_to_accuracy": "all but MNIST at 1 Gbit/s for `none` and the design-card methods (np=2 and np=4, 3 "
+                        f"seeds each; re-run on the code they measure): most measured {_PLANNED}; some are older still "
+                        "(docs/benchmarks.md says which); the DDP hooks' runs of the design-card methods measured "
+                        f"before {_CONFIRMED}; all before bench/time_to_accuracy.py learned the transformer's "
+                        f"workload, which only bench/quality.py trains (no run here changed); and all {_LATER}",
     "auto": "all but LeNet-5's cells (re-run on the code they measure: 5 launches a cell, np=2, every link) "
             "measured one commit before a fix in the planner: a drift's re-trial of a plan of dense alone, "
             "followed by slower steps, ended in min() of an empty list; every cell of this sweep ran to its "
@@ -1450,7 +1449,9 @@ WRITTEN_BY = {
     "wire_bytes": "sudo .venv/bin/python bench/wire_bytes.py",
     "small_tensors": "sudo .venv/bin/python bench/small_tensors.py",
     "convergence": ".venv/bin/python bench/convergence.py",
-    "time_to_accuracy": "sudo .venv/bin/python bench/time_to_accuracy.py --repeats 3",
+    "time_to_accuracy": "sudo .venv/bin/python bench/time_to_accuracy.py --repeats 3; then MNIST's 1 Gbit/s runs "
+                        "of none and the design-card methods deleted and re-run: --workloads mnist --rates 1000 "
+                        "--workers 2 4 --repeats 3 --methods none topk:ratio=0.01 onebit adacomp",
     "memory": ".venv/bin/python bench/memory.py",
     "nodes": "sudo .venv/bin/python bench/nodes.py",
     "ddp": "sudo .venv/bin/python bench/throughput.py --results ddp --workers 2 4 --models resnet18 widemlp lstm "
