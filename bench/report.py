@@ -1345,7 +1345,7 @@ OLDER: dict[str, str] = {
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
-    "quality": f"`none`'s converged run, the LSTM's step times of `none`, `fp16` and the design-card methods, "
+    "quality": f"`none`'s seed-42 converged LSTM run, the LSTM's step times of `none`, `fp16` and the design-card methods, "
                f"and the first-steps checks measured before {_REPEATS}, "
                f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
                "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
@@ -1355,7 +1355,7 @@ EARLIER_RUNS: dict[str, str] = {
                "before bench/quality.py could launch it; all but the PowerSGD, DGC and EF-signSGD LSTM runs before a fix of "
                f"bench/quality.py's docstring (the transformer's step time and run length); and all but the "
                f"transformer's `fp16` run and its step times {_KEPT} (DGC's and EF-signSGD's LSTM runs and "
-               "QSGD's step times one commit before it); and all but the transformer's `fp16` step times (re-measured on a quiet machine) {_NAMED}",
+               "QSGD's step times one commit before it); and all but the transformer's `fp16` step times (re-measured on a quiet machine) and `none`'s seed-43 LSTM run {_NAMED}",
     "time_to_accuracy": "all but MNIST at 1 Gbit/s for `none` and the design-card methods (np=2 and np=4, 3 "
                         f"seeds each; re-run on the code they measure): most measured {_PLANNED}; some are older still "
                         "(docs/benchmarks.md says which); the DDP hooks' runs of the design-card methods measured "
@@ -1459,7 +1459,8 @@ WRITTEN_BY = {
            "ddp:adacomp ddp:powersgd:rank=1 ddp:efsignsgd",
     "quality": "sudo .venv/bin/python bench/quality.py; the same with --model transformer --methods none "
                "topk:ratio=0.01 onebit powersgd:rank=4; the transformer's `fp16` step cells deleted and "
-               "re-measured: --no-runs --model transformer --methods fp16 (the 100 Mbit/s cell twice)",
+               "re-measured: --no-runs --model transformer --methods fp16 (the 100 Mbit/s cell twice); "
+               "--methods none --seeds 43",
     "route_switch": ".venv/bin/python bench/route_switch.py",
     "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
                   ".venv/bin/python bench/cost_model.py",
