@@ -1345,19 +1345,21 @@ OLDER: dict[str, str] = {
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
-    "quality": f"`none`'s seed-42 converged LSTM run, the LSTM's step times of `none`, `fp16` and the design-card methods, "
-               f"and the first-steps checks measured before {_REPEATS}, "
+    "quality": f"`none`'s seed-42 converged LSTM run, the LSTM's step times of `none`, `fp16` and the "
+               f"design-card methods, and the first-steps checks measured before {_REPEATS}, "
                f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
                "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
                "one commit before the report read a run's own clock (which changed no measurement): all "
                "the LSTM's before bench/quality.py learned the transformer (which changed no LSTM run); the "
                "transformer's `none` run launched by hand with the same launcher, example and recipe one commit "
-               "before bench/quality.py could launch it; all but the PowerSGD, DGC and EF-signSGD LSTM runs before a fix of "
-               f"bench/quality.py's docstring (the transformer's step time and run length); and all but the "
-               f"transformer's `fp16` run and its step times {_KEPT} (DGC's and EF-signSGD's LSTM runs and "
-               "QSGD's step times one commit before it); and all but the transformer's `fp16` step times (re-measured on a quiet machine) and `none`'s seed-43 LSTM run {_NAMED}",
+               "before bench/quality.py could launch it; all but the PowerSGD, DGC and EF-signSGD LSTM runs "
+               "before a fix of bench/quality.py's docstring (the transformer's step time and run length); and "
+               f"all but the transformer's `fp16` run and its step times {_KEPT} (DGC's and EF-signSGD's LSTM "
+               "runs and QSGD's step times one commit before it); and all but the transformer's `fp16` step "
+               f"times (re-measured on a quiet machine) and `none`'s seed-43 LSTM run {_NAMED}",
     "time_to_accuracy": "all but MNIST at 1 Gbit/s for `none` and the design-card methods (np=2 and np=4, 3 "
-                        f"seeds each; re-run on the code they measure): most measured {_PLANNED}; some are older still "
+                        f"seeds each; re-run on the code they measure): most measured {_PLANNED}; some are "
+                        "older still "
                         "(docs/benchmarks.md says which); the DDP hooks' runs of the design-card methods measured "
                         f"before {_CONFIRMED}; all before bench/time_to_accuracy.py learned the transformer's "
                         f"workload, which only bench/quality.py trains (no run here changed); and all {_LATER}",
