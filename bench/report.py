@@ -1356,7 +1356,8 @@ EARLIER_RUNS: dict[str, str] = {
                "before a fix of bench/quality.py's docstring (the transformer's step time and run length); and "
                f"all but the transformer's `fp16` run and its step times {_KEPT} (DGC's and EF-signSGD's LSTM "
                "runs and QSGD's step times one commit before it); and all but the transformer's `fp16` step "
-               f"times (re-measured on a quiet machine) and `none`'s seed-43 LSTM run {_NAMED}",
+               f"times (re-measured on a quiet machine) and the seed-43 and seed-44 LSTM runs of `none`, TopK 1%, "
+               f"OneBit and AdaComp {_NAMED}",
     "time_to_accuracy": "all but MNIST at 1 Gbit/s for `none` and the design-card methods (np=2 and np=4, 3 "
                         f"seeds each; re-run on the code they measure): most measured {_PLANNED}; some are "
                         "older still "
@@ -1462,7 +1463,8 @@ WRITTEN_BY = {
     "quality": "sudo .venv/bin/python bench/quality.py; the same with --model transformer --methods none "
                "topk:ratio=0.01 onebit powersgd:rank=4; the transformer's `fp16` step cells deleted and "
                "re-measured: --no-runs --model transformer --methods fp16 (the 100 Mbit/s cell twice); "
-               "--methods none --seeds 43",
+               "--methods none --seeds 43; --methods none topk:ratio=0.01 onebit adacomp --seeds 43 44 (one "
+               "method and seed a launch)",
     "route_switch": ".venv/bin/python bench/route_switch.py",
     "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
                   ".venv/bin/python bench/cost_model.py",
