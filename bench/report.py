@@ -1345,7 +1345,9 @@ OLDER: dict[str, str] = {
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
-    "quality": f"`none`'s seed-42 converged LSTM run, the LSTM's step times of `none`, `fp16` and the "
+    "quality": "every run but the transformer's AdaComp, TopK 0.1% and PowerSGD rank 16 runs and their step "
+               "times (measured on the code they label): "
+               f"`none`'s seed-42 converged LSTM run, the LSTM's step times of `none`, `fp16` and the "
                f"design-card methods, and the first-steps checks measured before {_REPEATS}, "
                f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
                "(the same count); the converged runs of the methods `auto` routes, on the simulated cluster, "
@@ -1464,7 +1466,8 @@ WRITTEN_BY = {
                "topk:ratio=0.01 onebit powersgd:rank=4; the transformer's `fp16` step cells deleted and "
                "re-measured: --no-runs --model transformer --methods fp16 (the 100 Mbit/s cell twice); "
                "--methods none --seeds 43; --methods none topk:ratio=0.01 onebit adacomp --seeds 43 44 (one "
-               "method and seed a launch)",
+               "method and seed a launch); --model transformer --methods adacomp, then topk:ratio=0.001, then "
+               "powersgd:rank=16 (one method a launch)",
     "route_switch": ".venv/bin/python bench/route_switch.py",
     "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
                   ".venv/bin/python bench/cost_model.py",
