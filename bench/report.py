@@ -1345,8 +1345,8 @@ OLDER: dict[str, str] = {
 #: earlier runs predate. Their commit is newer than the code, their oldest runs are not, so the
 #: label says so here instead of in OLDER (which tests/test_docs.py checks against the commits).
 EARLIER_RUNS: dict[str, str] = {
-    "quality": "every run but the transformer's AdaComp, TopK 0.1% and PowerSGD rank 16 runs and their step "
-               "times (measured on the code they label): "
+    "quality": "every run but the transformer's AdaComp, TopK 0.1% and PowerSGD rank 16 runs (rank 16: seeds 42 "
+               "and 43) and their step times (measured on the code they label): "
                f"`none`'s seed-42 converged LSTM run, the LSTM's step times of `none`, `fp16` and the "
                f"design-card methods, and the first-steps checks measured before {_REPEATS}, "
                f"{_CONFIRMED}, and before bench/quality.py's check run read PTB's word count from the data "
@@ -1467,7 +1467,7 @@ WRITTEN_BY = {
                "re-measured: --no-runs --model transformer --methods fp16 (the 100 Mbit/s cell twice); "
                "--methods none --seeds 43; --methods none topk:ratio=0.01 onebit adacomp --seeds 43 44 (one "
                "method and seed a launch); --model transformer --methods adacomp, then topk:ratio=0.001, then "
-               "powersgd:rank=16 (one method a launch)",
+               "powersgd:rank=16 (one method a launch); --model transformer --methods powersgd:rank=16 --seeds 43",
     "route_switch": ".venv/bin/python bench/route_switch.py",
     "cost_model": "sudo .venv/bin/python bench/cost_model.py fit; .venv/bin/python bench/cost_model.py cpu; "
                   ".venv/bin/python bench/cost_model.py",
